@@ -1,0 +1,247 @@
+"""Oracles over a callable ``f(rows) -> outputs`` (rows stacked along dim 0).
+
+Each oracle runs ``f`` in the configurations that a batch-invariant kernel must
+not distinguish and compares the probe row's output bitwise (or under the
+declared contract). None of them reruns to pass: a trial either diverged or it
+did not, and every trial is counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .classes import equivalence_classes, format_classes
+from .compare import BITWISE, Comparison, Contract, compare, fingerprint, parse_contract
+from .stats import failure_summary
+from .sweeps import probe_positions
+
+Fn = Callable[[torch.Tensor], torch.Tensor]
+
+BATCH_SIZE = "batch-size"
+BATCH_POSITION = "batch-position"
+RUN_TO_RUN = "run-to-run"
+CHUNKING = "chunking"
+ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING)
+
+
+@dataclass
+class Point:
+    """One comparison inside an oracle: where it was taken and what it found."""
+
+    batch_size: int | None
+    position: int | None
+    trial: int
+    comparison: Comparison
+    label: str | None = None
+
+    def to_dict(self) -> dict:
+        d = {"batch_size": self.batch_size, "position": self.position, "trial": self.trial}
+        if self.label is not None:
+            d["label"] = self.label
+        d.update(self.comparison.to_dict())
+        return d
+
+
+@dataclass
+class OracleResult:
+    """All comparisons of one oracle over all trials, plus the evidence summary."""
+
+    oracle: str
+    contract: str
+    trials: int = 0
+    failed_trials: set[int] = field(default_factory=set)
+    points: list[Point] = field(default_factory=list)
+    classes: list[list[int]] | None = None
+    error: str | None = None
+
+    def add(self, point: Point) -> None:
+        self.points.append(point)
+        if not point.comparison.equal:
+            self.failed_trials.add(point.trial)
+
+    @property
+    def failures(self) -> int:
+        return len(self.failed_trials)
+
+    @property
+    def diverged(self) -> bool | None:
+        if self.error is not None and not self.failed_trials:
+            return None
+        return bool(self.failed_trials)
+
+    @property
+    def first(self) -> Point | None:
+        """The first differing point, in (trial, batch size, position) order."""
+        bad = [p for p in self.points if not p.comparison.equal]
+        if not bad:
+            return None
+        return min(bad, key=lambda p: (p.trial, p.batch_size or 0, p.position or 0))
+
+    def evidence(self) -> dict:
+        """JSON-able evidence for a record."""
+        diffs = [p for p in self.points if not p.comparison.equal]
+        first = self.first
+        max_ulp = max((p.comparison.max_ulp for p in diffs), default=0.0)
+        ev: dict = {
+            **failure_summary(self.failures, self.trials),
+            "comparisons": len(self.points),
+            "differing_comparisons": len(diffs),
+            "max_ulp": "inf" if max_ulp == float("inf") else max_ulp,
+            "max_abs": max((p.comparison.max_abs for p in diffs), default=0.0),
+            "max_frac_diff": max((p.comparison.frac_diff for p in diffs), default=0.0),
+            "first": first.to_dict() if first else None,
+        }
+        sizes = sorted({p.batch_size for p in diffs if p.batch_size is not None})
+        if sizes:
+            ev["differing_batch_sizes"] = sizes
+        positions = sorted({p.position for p in diffs if p.position is not None})
+        if positions:
+            ev["differing_positions"] = positions
+        if self.classes is not None:
+            ev["equivalence_classes"] = format_classes(self.classes)
+        if self.error:
+            ev["error"] = self.error
+        return ev
+
+    def describe(self) -> str:
+        """One readable line: oracle, where it first differed, by how much, under which contract."""
+        first = self.first
+        if first is None:
+            return f"{self.oracle}: no divergence in {self.trials} trial(s) [contract {self.contract}]"
+        c = first.comparison
+        where = []
+        if first.batch_size is not None:
+            where.append(f"batch size {first.batch_size}")
+        if first.position is not None:
+            where.append(f"position {first.position}")
+        if first.label:
+            where.append(first.label)
+        where.append(f"element {list(c.first_index) if c.first_index else '?'}")
+        return (
+            f"{self.oracle}: first difference at {', '.join(where)} (trial {first.trial}); "
+            f"{c.n_diff}/{c.numel} elements differ, max ULP {c.max_ulp:g}, max abs {c.max_abs:.3g}; "
+            f"failures {self.failures}/{self.trials} [contract {self.contract}]"
+        )
+
+
+def _probe_out(f: Fn, batch: torch.Tensor, index: int) -> torch.Tensor:
+    out = f(batch)
+    if out.shape[0] != batch.shape[0]:
+        raise ValueError(f"f returned {out.shape[0]} rows for a batch of {batch.shape[0]}")
+    return out[index]
+
+
+def batch_size_oracle(
+    f: Fn,
+    rows: torch.Tensor,
+    batch_sizes: Sequence[int],
+    *,
+    contract: str | Contract = BITWISE,
+    trial: int = 0,
+    result: OracleResult | None = None,
+) -> OracleResult:
+    """Probe row ``rows[0]`` alone vs at position 0 of a batch of N, for each N.
+
+    ``rows`` must hold at least ``max(batch_sizes)`` rows; rows 1.. are the
+    neighbours. Equivalence classes group batch sizes by identical probe output.
+    """
+    c = parse_contract(contract)
+    res = result or OracleResult(BATCH_SIZE, str(c))
+    need = max(batch_sizes)
+    if rows.shape[0] < need:
+        raise ValueError(f"need {need} rows for batch size {need}, got {rows.shape[0]}")
+    alone = _probe_out(f, rows[:1], 0)
+    prints: dict[int, bytes] = {1: fingerprint(alone)}
+    for n in batch_sizes:
+        if n == 1:
+            continue
+        out = _probe_out(f, rows[:n], 0)
+        prints[n] = fingerprint(out)
+        res.add(Point(n, 0, trial, compare(alone, out, c)))
+    res.trials += 1
+    if res.classes is None:
+        res.classes = equivalence_classes(prints)
+    return res
+
+
+def batch_position_oracle(
+    f: Fn,
+    rows: torch.Tensor,
+    batch_sizes: Sequence[int],
+    *,
+    contract: str | Contract = BITWISE,
+    trial: int = 0,
+    result: OracleResult | None = None,
+) -> OracleResult:
+    """Probe row placed at positions {0, 1, middle, N-2, N-1} among the same neighbours.
+
+    The reference is the probe alone (batch 1), so a position effect is never
+    masked by a size effect at position 0.
+    """
+    c = parse_contract(contract)
+    res = result or OracleResult(BATCH_POSITION, str(c))
+    probe, neighbours = rows[:1], rows[1:]
+    alone = _probe_out(f, probe, 0)
+    for n in batch_sizes:
+        if n < 2:
+            continue
+        if neighbours.shape[0] < n - 1:
+            raise ValueError(f"need {n} rows for batch size {n}, got {rows.shape[0]}")
+        for pos in probe_positions(n):
+            batch = torch.cat([neighbours[:pos], probe, neighbours[pos : n - 1]])
+            out = _probe_out(f, batch, pos)
+            res.add(Point(n, pos, trial, compare(alone, out, c)))
+    res.trials += 1
+    return res
+
+
+def run_to_run_oracle(
+    f: Fn,
+    rows: torch.Tensor,
+    repeats: int = 5,
+    *,
+    contract: str | Contract = BITWISE,
+    trial: int = 0,
+    result: OracleResult | None = None,
+) -> OracleResult:
+    """The same call repeated ``repeats`` times; every output compared with the first."""
+    c = parse_contract(contract)
+    res = result or OracleResult(RUN_TO_RUN, str(c))
+    first = f(rows).detach().clone()
+    for k in range(1, repeats):
+        out = f(rows)
+        res.add(Point(rows.shape[0], None, trial, compare(first, out, c), label=f"repeat {k}"))
+    res.trials += 1
+    return res
+
+
+def chunking_oracle(
+    run: Callable[[int | None], torch.Tensor],
+    chunk_sizes: Sequence[int],
+    *,
+    contract: str | Contract = BITWISE,
+    trial: int = 0,
+    result: OracleResult | None = None,
+) -> OracleResult:
+    """``run(None)`` processes the input whole, ``run(c)`` in chunks of ``c``; all must agree."""
+    c = parse_contract(contract)
+    res = result or OracleResult(CHUNKING, str(c))
+    whole = run(None)
+    for size in chunk_sizes:
+        res.add(Point(None, None, trial, compare(whole, run(size), c), label=f"chunk {size}"))
+    res.trials += 1
+    return res
+
+
+def rows_chunking(f: Fn, rows: torch.Tensor) -> Callable[[int | None], torch.Tensor]:
+    """Adapter: chunking along the batch dimension for row-wise callables."""
+
+    def run(chunk: int | None) -> torch.Tensor:
+        if chunk is None:
+            return f(rows)
+        return torch.cat([f(rows[i : i + chunk]) for i in range(0, rows.shape[0], chunk)])
+
+    return run

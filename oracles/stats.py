@@ -1,0 +1,33 @@
+"""Failure rates with honest uncertainty: failures/N and a 95% Wilson interval."""
+
+from __future__ import annotations
+
+import math
+
+
+def wilson_interval(failures: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """95% Wilson score interval for a failure proportion.
+
+    Chosen over the normal approximation because it stays inside [0, 1] and is
+    informative at 0/N, the common case for an invariant kernel.
+    """
+    if trials <= 0:
+        return (0.0, 1.0)
+    if not 0 <= failures <= trials:
+        raise ValueError(f"failures={failures} must lie in 0..trials={trials}")
+    p = failures / trials
+    z2 = z * z
+    denom = 1.0 + z2 / trials
+    centre = (p + z2 / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def failure_summary(failures: int, trials: int) -> dict:
+    lo, hi = wilson_interval(failures, trials)
+    return {
+        "failures": failures,
+        "trials": trials,
+        "rate": (failures / trials) if trials else None,
+        "wilson95": [round(lo, 6), round(hi, 6)],
+    }

@@ -1,0 +1,1 @@
+"""Batch-invariant attention: varlen prefill and fixed-split-size paged decode."""

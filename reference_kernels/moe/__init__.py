@@ -1,0 +1,1 @@
+"""Batch-invariant MoE: deterministic router and fused experts."""
