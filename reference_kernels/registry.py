@@ -1,0 +1,92 @@
+"""Which implementations exist for each kernel family, and what each must show.
+
+The shipped suites iterate over this registry, so a kernel author gets their
+kernel tested by registering it, either with a call in a conftest.py::
+
+    from pytest_invariance.reference_kernels.registry import register
+    register("matmul", "mylib", my_linear)           # fn(x[M, K], w[N, K]) -> [M, N]
+
+or, for an installed package, through the entry point group
+``pytest_invariance.kernels`` whose object is a zero-argument callable that
+performs the ``register`` calls. A registered kernel is expected to be
+``invariant`` unless registered with another ``expect``.
+
+Call signatures per family (rows on dim 0 are the batch):
+
+- ``matmul``: ``fn(x[M, K], w[N, K]) -> x @ w.T`` of x's dtype
+- ``fp8-gemm``: ``fn(x[M, K] float, w_fp8[N, K], w_scale) -> bf16 [M, N]`` (activation quantized inside)
+- ``rmsnorm``: ``fn(x[M, H], weight[H], eps) -> [M, H]``
+- ``softmax``: ``fn(x[M, V]) -> log_softmax(x, -1)``; ``mean``: ``fn(x[M, V]) -> x.mean(-1)``
+- attention and MoE families document their signatures in their own modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+ROLES = ("stock", "reference", "mutant", "registered")
+ENTRY_POINT_GROUP = "pytest_invariance.kernels"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One implementation of a family, and the verdict the suites demand of it."""
+
+    family: str
+    name: str
+    fn: Callable
+    role: str = "registered"
+    expect: str = "invariant"  # invariant | divergent | measure
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    description: str = ""
+
+
+_REGISTRY: dict[tuple[str, str], Kernel] = {}
+_entry_points_loaded = False
+
+_DEFAULT_EXPECT = {"stock": "measure", "reference": "invariant", "mutant": "divergent", "registered": "invariant"}
+
+
+def register(
+    family: str,
+    name: str,
+    fn: Callable,
+    *,
+    role: str = "registered",
+    expect: str | None = None,
+    devices: tuple[str, ...] = ("cpu", "cuda"),
+    description: str = "",
+) -> Kernel:
+    """Add (or replace) an implementation of ``family`` under ``name``."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+    exp = expect or _DEFAULT_EXPECT[role]
+    if exp not in ("invariant", "divergent", "measure"):
+        raise ValueError(f"unknown expect {exp!r}; expected invariant, divergent or measure")
+    k = Kernel(family, name, fn, role, exp, tuple(devices), description)
+    _REGISTRY[(family, name)] = k
+    return k
+
+
+def unregister(family: str, name: str) -> None:
+    _REGISTRY.pop((family, name), None)
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        ep.load()()
+
+
+def kernels(family: str, device: str | None = None) -> list[Kernel]:
+    """Implementations of ``family`` (optionally only those that run on ``device``), by name."""
+    _load_entry_points()
+    out = [k for (fam, _), k in _REGISTRY.items() if fam == family]
+    if device is not None:
+        out = [k for k in out if device in k.devices]
+    return sorted(out, key=lambda k: (ROLES.index(k.role), k.name))
