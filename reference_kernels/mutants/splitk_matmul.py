@@ -1,0 +1,57 @@
+"""Mutant: split-K matmul whose split count is chosen from M.
+
+GEMM libraries pick a split-K factor by shape: when M (the batch) is small
+there are too few output tiles to fill the GPU, so K is cut into pieces that
+run in parallel and are summed afterwards. The sum of the pieces rounds
+differently from one long accumulation, so the same row gets different bits
+depending on how many other rows share the batch. This mutant reproduces that
+heuristic in plain torch (CPU or CUDA) and is the positive control of the
+matmul suites: it must come out ``divergent``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# (max M, K splits): few rows -> many splits, as cuBLAS-style heuristics do.
+SPLIT_TABLE: tuple[tuple[int, int], ...] = ((8, 8), (32, 4), (128, 2))
+
+
+def split_count(m: int, k: int) -> int:
+    """Splits for an M x K problem: more for fewer rows, never more than K."""
+    for max_m, splits in SPLIT_TABLE:
+        if m <= max_m:
+            return max(1, min(splits, k))
+    return 1
+
+
+def splitk_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x[M, K] @ w[N, K].T`` with K cut into ``split_count(M, K)`` pieces summed in fp32.
+
+    Each piece is a full fp32 product; pieces are added left to right in fp32
+    and the total cast to ``x.dtype`` once, as a split-K epilogue does.
+    """
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"expected x[M, K] and w[N, K], got {tuple(x.shape)} and {tuple(w.shape)}")
+    m, k = x.shape
+    splits = split_count(m, k)
+    xf, wf = x.float(), w.float()
+    bounds = [round(i * k / splits) for i in range(splits + 1)]
+    acc = None
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        part = xf[:, lo:hi] @ wf[:, lo:hi].T
+        acc = part if acc is None else acc + part
+    return acc.to(x.dtype)
+
+
+def register_splitk_matmul() -> None:
+    """Add the mutant to the kernel registry under ``mutant:splitk-matmul``."""
+    from ..registry import register
+
+    register(
+        "matmul",
+        "mutant:splitk-matmul",
+        splitk_matmul,
+        role="mutant",
+        description="split-K with the split count chosen from M (8/4/2/1 splits for M<=8/32/128/more)",
+    )
