@@ -1,0 +1,115 @@
+"""Hardware and software fingerprint carried by every record.
+
+Invariance is a property of (hardware, software, kernel), so every verdict
+travels with the machine it was measured on. Computed once per process;
+torch is imported only when asked and only if installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from importlib.util import find_spec
+
+from . import __version__
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _nvidia_driver() -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    line = out.stdout.strip().splitlines()
+    return line[0].strip() if line else None
+
+
+def _version(module: str) -> str | None:
+    if find_spec(module) is None:
+        return None
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:  # noqa: BLE001 - a missing distribution is not an error here
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def fingerprint() -> dict:
+    """``{"hardware": {...}, "software": {...}}`` for this process's default device."""
+    cores = os.cpu_count() or 0
+    cpu = _cpu_model()
+    hw: dict = {"name": cpu, "kind": "cpu", "cpu_model": cpu, "cores": cores, "device_count": 0}
+    sw: dict = {
+        "python": platform.python_version(),
+        "platform": f"{platform.system()}-{platform.machine()}",
+        "pytest_invariance": __version__,
+        "torch": None,
+        "triton": _version("triton"),
+    }
+    if find_spec("torch") is not None:
+        import torch
+
+        sw["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            hw.update(
+                name=props.name,
+                kind="cuda",
+                device_count=torch.cuda.device_count(),
+                compute_capability=f"{props.major}.{props.minor}",
+                sm_count=props.multi_processor_count,
+                memory_gib=round(props.total_memory / 2**30, 1),
+                cuda=torch.version.cuda,
+                driver=_nvidia_driver(),
+            )
+    return {"hardware": hw, "software": sw}
+
+
+def describe(fp: dict | None = None) -> str:
+    """One line for the pytest report header."""
+    fp = fp or fingerprint()
+    hw, sw = fp["hardware"], fp["software"]
+    if hw["kind"] == "cuda":
+        dev = (
+            f"{hw['name']} x{hw['device_count']} (sm_{hw['compute_capability'].replace('.', '')}, "
+            f"{hw['sm_count']} SMs, driver {hw.get('driver') or '?'}, CUDA {hw.get('cuda')})"
+        )
+    else:
+        dev = f"{hw['name']} ({hw['cores']} cores, no CUDA)"
+    soft = ", ".join(f"{k} {v}" for k, v in (("torch", sw["torch"]), ("triton", sw["triton"])) if v)
+    return f"invariance: {dev}; {soft or 'torch not installed'}; python {sw['python']}"
+
+
+def cuda_available() -> bool:
+    """Whether CUDA tests can run, without importing torch when it is absent."""
+    if find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def python_executable() -> str:
+    return sys.executable

@@ -1,0 +1,246 @@
+"""pytest plugin entry point: options, markers, fixtures and the record flow.
+
+Thin on purpose (PYTEST_DONT_REWRITE): hooks only; torch, pandas and the
+oracles are imported inside fixtures and hooks, so installing the plugin costs
+nothing in test runs that never use it. Records ride on test reports, so they
+cross pytest-xdist; only the controller writes files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+
+PROFILES = ("quick", "full")
+ENGINES = ("bundled", "vllm", "sglang", "openai")
+RECORDS_ATTR = "invariance_records"
+
+MARKERS = (
+    "gpu: needs a CUDA GPU; skipped with a reason where CUDA is absent",
+    "e2e: end-to-end sweep against a live engine over HTTP",
+    "inverse: with invariance off the same sweep must observe divergence",
+    "perf: benchmark; records time relative to the stock kernel",
+    "family(name): kernel family under test (matmul, rmsnorm, softmax, attention-prefill, ...)",
+    "quant(name): quantization under test (bf16, fp16, fp32-ieee, fp8-e4m3-token, ...)",
+)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("invariance", "batch-invariance checks (pytest-invariance)")
+    group.addoption("--invariance-url", dest="invariance_url", metavar="URL", default=None,
+                    help="base URL of a live engine for the e2e suites (default: start the bundled engine)")
+    group.addoption("--invariance-url-control", dest="invariance_url_control", metavar="URL", default=None,
+                    help="a target with invariance off, for inverse tests")
+    group.addoption("--invariance-engine", dest="invariance_engine", choices=ENGINES, default=None,
+                    help="API flavour of --invariance-url: %(choices)s")
+    group.addoption("--invariance-records", dest="invariance_records", metavar="PATH", default=None,
+                    help="append every record to this JSONL file (written by the controller only)")
+    group.addoption("--invariance-report", dest="invariance_report", metavar="DIR", default=None,
+                    help="render matrix.md/.html/.csv/.json into DIR at session end")
+    group.addoption("--invariance-trials", dest="invariance_trials", metavar="N", type=_positive_int,
+                    default=None, help="trials per check, fresh inputs each (default 3)")
+    group.addoption("--invariance-profile", dest="invariance_profile", choices=PROFILES, default=None,
+                    help="sweep size: quick (CI) or full (switch points up to 2048 rows)")
+    group.addoption("--invariance-seed", dest="invariance_seed", metavar="N", type=int, default=None,
+                    help="base seed of the input generators (default 0)")
+    group.addoption("--invariance-expect", dest="invariance_expect", metavar="MATRIX.json", default=None,
+                    help="fail the run when a cell that was invariant in MATRIX.json no longer is")
+    parser.addini("invariance_url", "default --invariance-url", default=None)
+    parser.addini("invariance_engine", "default --invariance-engine", default=None)
+    parser.addini("invariance_records", "default --invariance-records", default=None)
+    parser.addini("invariance_report", "default --invariance-report", default=None)
+    parser.addini("invariance_trials", "default --invariance-trials", default=None)
+    parser.addini("invariance_profile", "default --invariance-profile", default=None)
+    parser.addini("invariance_expect", "default --invariance-expect", default=None)
+
+
+def _opt(config: pytest.Config, name: str):
+    value = config.getoption(name)
+    if value is None:
+        value = config.getini(name) or None
+    return value
+
+
+class InvarianceSession:
+    """Run-wide state, on the controller (and, for settings, on each worker)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        from pytest_invariance.fixture import Settings
+        from pytest_invariance.records import new_run_id
+
+        self.config = config
+        workerinput = getattr(config, "workerinput", None)
+        self.is_worker = workerinput is not None
+        run_id = workerinput.get("invariance_run_id") if workerinput else None
+        profile = _opt(config, "invariance_profile") or "quick"
+        if profile not in PROFILES:
+            raise pytest.UsageError(f"invariance_profile: unknown profile {profile!r} (choose from quick, full)")
+        trials = _opt(config, "invariance_trials") or 3
+        try:
+            trials = _positive_int(str(trials))
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"invariance_trials: {exc}") from None
+        engine = _opt(config, "invariance_engine")
+        if engine is not None and engine not in ENGINES:
+            raise pytest.UsageError(f"invariance_engine: unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+        self.settings = Settings(
+            run_id=run_id or new_run_id(),
+            profile=profile,
+            trials=trials,
+            seed=config.getoption("invariance_seed") or 0,
+        )
+        self.records_path = _opt(config, "invariance_records")
+        self.report_dir = _opt(config, "invariance_report")
+        self.expect_path = _opt(config, "invariance_expect")
+        self.records: list[dict] = []
+        self.regressions: list[str] = []
+        self.rendered: dict = {}
+        if not self.is_worker:
+            self._check_paths()
+
+    def _check_paths(self) -> None:
+        if self.expect_path and not Path(self.expect_path).is_file():
+            raise pytest.UsageError(f"--invariance-expect: no such file: {self.expect_path}")
+        if self.records_path:
+            parent = Path(self.records_path).resolve().parent
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise pytest.UsageError(f"--invariance-records: cannot create {parent}: {exc.strerror}") from None
+            if not os.access(parent, os.W_OK):
+                raise pytest.UsageError(f"--invariance-records: directory not writable: {parent}")
+
+    # -- hooks (this object is registered as a plugin) --------------------------------
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Controller: keep the records a report carries and append them to the JSONL at once,
+        so an interrupted run keeps everything recorded before the interruption."""
+        records = getattr(report, RECORDS_ATTR, None)
+        if self.is_worker or not records:
+            return
+        self.records.extend(records)
+        if self.records_path:
+            from pytest_invariance.recordio import append_records
+
+            append_records(self.records_path, records)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            return
+        if self.report_dir and (self.records or self.records_path):
+            from pytest_invariance.matrix import render_matrix
+            from pytest_invariance.recordio import read_records
+
+            records = self.records
+            if self.records_path and Path(self.records_path).is_file():
+                records, _problems = read_records([self.records_path])
+            if records:
+                self.rendered = render_matrix(records, self.report_dir)
+        if self.expect_path:
+            from pytest_invariance.expect import compare_with_expected
+
+            self.regressions = [str(r) for r in compare_with_expected(self.records, self.expect_path)]
+            if self.regressions and session.exitstatus == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.is_worker or not self.records:
+            return
+        from pytest_invariance.summary import summary_lines
+
+        terminalreporter.write_sep("=", "invariance summary")
+        for line in summary_lines(self.records):
+            terminalreporter.write_line(line)
+        if self.records_path:
+            terminalreporter.write_line(f"records appended to {self.records_path}")
+        for path in self.rendered.values():
+            terminalreporter.write_line(f"matrix: {path}")
+        for reg in self.regressions:
+            terminalreporter.write_line(f"REGRESSION: {reg}", red=True)
+
+
+_SESSION = pytest.StashKey[InvarianceSession]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    state = InvarianceSession(config)
+    config.stash[_SESSION] = state
+    config.pluginmanager.register(state, "invariance-session")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(), "invariance-xdist")
+
+
+class _XdistHooks:
+    """Registered only where pytest-xdist is loaded: hands the run id to workers."""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput["invariance_run_id"] = node.config.stash[_SESSION].settings.run_id
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from pytest_invariance import hardware
+
+    s = config.stash[_SESSION]
+    return f"{hardware.describe()} | profile {s.settings.profile}, trials {s.settings.trials}, run {s.settings.run_id}"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is not None:
+        from pytest_invariance import hardware
+
+        if not hardware.cuda_available():
+            pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False on this machine)")
+
+
+@pytest.fixture
+def invariance(request: pytest.FixtureRequest):
+    """Run invariance oracles for this test; records attach to the test's report."""
+    from pytest_invariance.fixture import Invariance
+
+    session = request.config.stash[_SESSION]
+    markers = {}
+    for name in ("family", "quant"):
+        m = request.node.get_closest_marker(name)
+        if m is not None and m.args:
+            markers[name] = m.args[0]
+    handle = Invariance(session.settings, request.node.nodeid, markers=markers)
+    request.node.stash[_RECORDS] = handle.records
+    return handle
+
+
+@pytest.fixture(scope="session")
+def hardware() -> dict:
+    """Fingerprint of this machine: hardware and software versions."""
+    from pytest_invariance import hardware as hw
+
+    return hw.fingerprint()
+
+
+_RECORDS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if call.when == "teardown":
+        records = item.stash.get(_RECORDS, None)
+        if records:
+            setattr(report, RECORDS_ATTR, list(records))
+    return report
+
+

@@ -1,0 +1,48 @@
+"""Terminal summary: per (family, implementation), verdict counts and the worst evidence."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from pytest_invariance.oracles.verdict import SEVERITY, VERDICTS
+
+
+def _ulp(ev: dict) -> float:
+    v = ev.get("max_ulp", 0)
+    return float("inf") if v == "inf" else float(v or 0)
+
+
+def _worst_evidence(recs: list[dict]) -> str:
+    bad = [r for r in recs if r["verdict"] != "invariant"]
+    if not bad:
+        return ""
+    worst = min(bad, key=lambda r: (SEVERITY.get(r["verdict"], -1), -_ulp(r.get("evidence") or {})))
+    ev = worst.get("evidence") or {}
+    first = ev.get("first") or {}
+    parts = [f"worst: {worst['oracle']} {worst['verdict']}"]
+    if worst.get("quantization"):
+        parts.append(str(worst["quantization"]))
+    if first.get("batch_size") is not None:
+        parts.append(f"first N={first['batch_size']}")
+    if ev.get("max_ulp"):
+        parts.append(f"max ULP {ev['max_ulp']}")
+    if ev.get("trials"):
+        parts.append(f"{ev.get('failures', 0)}/{ev['trials']} trials")
+    if ev.get("equivalence_classes"):
+        parts.append(f"classes {ev['equivalence_classes']}")
+    return ", ".join(parts)
+
+
+def summary_lines(records: list[dict]) -> list[str]:
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        impl = r["implementation"] + (f" ({r['mode']})" if r.get("mode") else "")
+        groups[(r["family"], impl)].append(r)
+    lines = []
+    width = max((len(f"{f} / {i}") for f, i in groups), default=10)
+    for (family, impl), recs in sorted(groups.items()):
+        counts = Counter(r["verdict"] for r in recs)
+        text = " ".join(f"{v} {counts[v]}" for v in VERDICTS if counts[v])
+        worst = _worst_evidence(recs)
+        lines.append(f"{family + ' / ' + impl:<{width}}  {text}" + (f"  | {worst}" if worst else ""))
+    return lines
