@@ -1,0 +1,200 @@
+"""The mode switch: route aten ops to the reference kernels while it is on.
+
+``enable()`` is a context manager and a decorator. While at least one
+``enable`` is active, ``aten::mm``, ``aten::addmm``, ``aten::bmm``,
+``aten::_log_softmax``, ``aten::mean.dim`` and ``aten::rms_norm`` dispatch to
+the reference kernels for CPU and CUDA tensors, so stock code (``F.linear``,
+``torch.mm``, ``F.rms_norm``, ``x.pow(2).mean(-1)``, ``log_softmax``) becomes
+batch-invariant without edits.
+
+How: a ``torch.library.Library("aten", "IMPL")`` registers our kernels on the
+``CPU`` and ``CUDA`` dispatch keys, replacing the stock ones; destroying the
+library restores them. ``rms_norm`` is CompositeImplicitAutograd in torch
+2.11-2.13 (its math kernel fills every backend slot), and a direct ``CPU`` /
+``CUDA`` kernel takes precedence over it, while its autograd slot falls
+through to the backend: so the override catches ``F.rms_norm`` too. The
+registration is global to the process (the dispatcher has no per-thread
+table); a depth counter makes nesting work: only the outermost exit restores
+the stock kernels, and it does so even when the body raised.
+
+Where the reference kernels do not apply (integer or complex dtypes, meta
+tensors) and inside a reference kernel (which may itself call aten ops), the
+call goes to the stock kernel captured before the override. Autograd through
+the overridden ``rms_norm`` is not provided: the mode is for inference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# aten op (with overload) -> name of our implementation below
+ROUTED_OPS: tuple[str, ...] = ("mm", "addmm", "bmm", "_log_softmax", "mean.dim", "rms_norm")
+DISPATCH_KEYS: tuple[str, ...] = ("CPU", "CUDA")
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+
+_lock = threading.RLock()
+_depth = 0
+_lib: Any = None
+_tls = threading.local()
+
+
+def depth() -> int:
+    """How many ``enable`` blocks are active (0 = stock kernels)."""
+    return _depth
+
+
+def is_enabled() -> bool:
+    """Whether aten ops are routed to the reference kernels right now."""
+    return _depth > 0
+
+
+def _floats(*ts: torch.Tensor | None) -> bool:
+    return all(t is None or (t.dtype in _FLOATS and t.device.type in ("cpu", "cuda")) for t in ts)
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+    if not _floats(a, b) or a.dtype != b.dtype:
+        return None
+    from .matmul import mm
+
+    return mm(a, b)
+
+
+def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 1, alpha: Any = 1):
+    if not _floats(bias, a, b) or a.dtype != b.dtype:
+        return None
+    from .matmul import addmm
+
+    return addmm(bias, a, b, beta=beta, alpha=alpha)
+
+
+def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+    if not _floats(a, b) or a.dtype != b.dtype:
+        return None
+    from .matmul import bmm
+
+    return bmm(a, b)
+
+
+def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor | None:
+    if not _floats(x):
+        return None
+    from .rowops import log_softmax
+
+    return log_softmax(x, dim, dtype=torch.float32 if half_to_float else None)
+
+
+def _mean_dim(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None):
+    out_dtype = dtype or x.dtype
+    if not _floats(x) or out_dtype not in _FLOATS:
+        return None
+    from .rowops import mean
+
+    return mean(x, dim, keepdim, dtype=dtype)
+
+
+def _rms_norm(x: torch.Tensor, normalized_shape: Any, weight: torch.Tensor | None = None, eps: Any = None):
+    if not _floats(x, weight):
+        return None
+    from .rowops import rms_norm
+
+    k = len(normalized_shape)
+    lead = x.shape[: x.dim() - k]
+    rows = x.reshape(*lead, -1)
+    w = None if weight is None else weight.reshape(-1).to(x.dtype)
+    return rms_norm(rows, w, eps).reshape(x.shape)
+
+
+_IMPLS: dict[str, Callable[..., torch.Tensor | None]] = {
+    "mm": _mm,
+    "addmm": _addmm,
+    "bmm": _bmm,
+    "_log_softmax": _log_softmax,
+    "mean.dim": _mean_dim,
+    "rms_norm": _rms_norm,
+}
+
+
+def _routed(op: str, key: str) -> Callable[..., torch.Tensor]:
+    """Our kernel for ``op`` on ``key``: the reference impl, or the stock kernel where it does not apply."""
+    stock = torch.library.get_kernel(f"aten::{op}", key)
+    impl = _IMPLS[op]
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if not getattr(_tls, "inside", False):
+            _tls.inside = True
+            try:
+                out = impl(*args, **kwargs)
+            finally:
+                _tls.inside = False
+            if out is not None:
+                return out
+        return stock.call_boxed(keyset, *args, **kwargs)
+
+    return kernel
+
+
+def _install() -> Any:
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        # "Overriding a previously registered kernel": that is the point.
+        warnings.simplefilter("ignore")
+        for op in ROUTED_OPS:
+            for key in DISPATCH_KEYS:
+                lib.impl(op, _routed(op, key), key, with_keyset=True)
+    return lib
+
+
+def _push() -> None:
+    global _depth, _lib
+    with _lock:
+        if _depth == 0:
+            _lib = _install()
+        _depth += 1
+
+
+def _pop() -> None:
+    global _depth, _lib
+    with _lock:
+        _depth -= 1
+        if _depth == 0 and _lib is not None:
+            lib, _lib = _lib, None
+            lib._destroy()
+
+
+class _Enable(contextlib.ContextDecorator):
+    """Context manager and decorator returned by ``enable()``."""
+
+    def __enter__(self) -> _Enable:
+        _push()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _pop()
+
+
+def enable(fn: Callable | None = None) -> Any:
+    """Route matmul, log-softmax, mean and RMSNorm aten ops to the reference kernels.
+
+    ``with enable(): ...``, ``@enable()`` or ``@enable``. Nesting is allowed;
+    the stock kernels come back when the outermost block exits, normally or
+    by an exception.
+    """
+    if fn is None:
+        return _Enable()
+    if not callable(fn):
+        raise TypeError(f"enable() takes a function to decorate or nothing, got {type(fn).__name__}")
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _Enable():
+            return fn(*args, **kwargs)
+
+    return wrapper
