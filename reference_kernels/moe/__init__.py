@@ -13,7 +13,7 @@ Public entry points (family signatures, rows on dim 0 are tokens):
   per-token activation scales; ``quantize_weight(w) -> (w_fp8, scale)`` prepares weights.
 
 On CUDA the experts run the Triton kernels of ``fused_triton`` (one fixed tile
-configuration, no split-K); elsewhere the torch path of ``experts_torch``.
+configuration, no split-K) for bf16/fp16 and FP8; elsewhere (CPU, fp32) the torch path of ``experts_torch``.
 Both compute each token's output from that token's data alone.
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from .experts_torch import fp8_experts_torch, fused_experts_torch, quantize_weight
+from .register import register_builtin_moe
 from .router import route, route_topk_stock
 
 
@@ -29,7 +30,7 @@ def fused_experts(
     x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
 ) -> torch.Tensor:
     """Batch-invariant fused SwiGLU experts: Triton on CUDA, the fixed-order torch path elsewhere."""
-    if x.is_cuda:
+    if x.is_cuda and x.dtype in (torch.bfloat16, torch.float16):
         from .fused_triton import fused_experts_triton
 
         return fused_experts_triton(x, w_gate_up, w_down, weights, ids)
@@ -59,6 +60,7 @@ __all__ = [
     "fused_experts_fp8",
     "fused_experts_torch",
     "quantize_weight",
+    "register_builtin_moe",
     "route",
     "route_topk_stock",
 ]

@@ -70,17 +70,23 @@ def combine(y: torch.Tensor, weights: torch.Tensor, dtype: torch.dtype) -> torch
     return ordered_sum((y * weights.float()[:, :, None]).transpose(1, 2)).to(dtype)
 
 
+def slot_outputs_torch(
+    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, ids: torch.Tensor
+) -> torch.Tensor:
+    """fp32 expert outputs per (token, slot) [T, k, H], before the weighted combine."""
+    t, k = ids.shape
+    flat_ids = ids.reshape(-1)
+    xa = x.repeat_interleave(k, dim=0)  # row r = token r // k, slot r % k
+    act = swiglu(rowwise_linear(xa, w_gate_up, flat_ids)).to(x.dtype)
+    return rowwise_linear(act, w_down, flat_ids).view(t, k, -1)
+
+
 def fused_experts_torch(
     x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
 ) -> torch.Tensor:
     """Reference fused experts (bf16/fp16/fp32) computed per (token, slot) in a fixed order."""
     check_shapes(x, w_gate_up, w_down, weights, ids)
-    t, k = ids.shape
-    flat_ids = ids.reshape(-1)
-    xa = x.repeat_interleave(k, dim=0)  # row r = token r // k, slot r % k
-    act = swiglu(rowwise_linear(xa, w_gate_up, flat_ids)).to(x.dtype)
-    y = rowwise_linear(act, w_down, flat_ids).view(t, k, -1)
-    return combine(y, weights, x.dtype)
+    return combine(slot_outputs_torch(x, w_gate_up, w_down, ids), weights, x.dtype)
 
 
 def quantize_rows(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,136 @@
+"""MoE mutants: realistic batch-variant routers and experts (positive controls).
+
+- ``round_robin_ties_router``: a load-balancing router that breaks ties
+  between equal scores round-robin. Its pointer starts at the row's position in
+  the batch and persists across calls (router state kept between steps), so
+  which of several tied experts a token gets depends on its neighbours, on its
+  position and on every batch routed before. Rows without ties are routed
+  exactly like the reference.
+- ``fp8_experts_batch_scale``: FP8 experts whose activation scale is the max
+  over the whole batch (per-tensor dynamic quantization), the failure reported
+  for vLLM's fused MoE (#57016): one large neighbour coarsens everyone's grid.
+- ``experts_atomic_combine``: the reference experts, but the k slot outputs of a
+  token are added in an order that changes from call to call, as atomicAdd
+  arrival order does; the run-to-run control of ``moe-experts``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from ..moe.experts_torch import (
+    check_shapes,
+    fp8_experts_torch,
+    quantize_tensor,
+    slot_outputs_torch,
+)
+from ..moe.router import group_mask, scores_of
+
+
+class RoundRobinTieRouter:
+    """Router whose tie-break rotates with a pointer kept across calls (see module doc)."""
+
+    def __init__(self) -> None:
+        self.cursor = 0
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        top_k: int,
+        *,
+        scoring: str = "softmax",
+        renormalize: bool = True,
+        n_groups: int | None = None,
+        topk_groups: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        t, e = logits.shape
+        scores = scores_of(logits, scoring)
+        masked = scores
+        if n_groups is not None:
+            masked = scores.masked_fill(~group_mask(scores, n_groups, topk_groups), float("-inf"))
+        start = (self.cursor + torch.arange(t, device=logits.device)) % e
+        pref = (torch.arange(e, device=logits.device)[None, :] - start[:, None]) % e
+        by_pref = torch.argsort(pref, dim=-1, stable=True)  # experts in round-robin order
+        _, order = torch.sort(masked.gather(1, by_pref), dim=-1, descending=True, stable=True)
+        ids = by_pref.gather(1, order)[:, :top_k]
+        weights = scores.gather(1, ids)
+        if renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        self.cursor = (self.cursor + t * top_k) % e
+        return weights, ids
+
+
+round_robin_ties_router = RoundRobinTieRouter()
+
+
+def fp8_experts_batch_scale(
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    w_gate_up_scale: torch.Tensor,
+    w_down_scale: torch.Tensor,
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+) -> torch.Tensor:
+    """FP8 experts with one activation scale per batch (max over all tokens)."""
+    if x.is_cuda:
+        from ..moe.fused_triton import fp8_experts_triton
+
+        return fp8_experts_triton(
+            x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids, quantize=quantize_tensor
+        )
+    return fp8_experts_torch(
+        x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids, quantize=quantize_tensor
+    )
+
+
+_calls = itertools.count()
+
+
+def experts_atomic_combine(
+    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
+) -> torch.Tensor:
+    """Reference slot outputs, summed in a slot order that rotates with every call."""
+    check_shapes(x, w_gate_up, w_down, weights, ids)
+    if x.is_cuda and x.dtype in (torch.bfloat16, torch.float16):
+        from ..moe.fused_triton import fused_experts_triton
+
+        y = fused_experts_triton(x, w_gate_up, w_down, weights, ids, slots=True)
+    else:
+        y = slot_outputs_torch(x, w_gate_up, w_down, ids)
+    k = ids.shape[1]
+    shift = next(_calls) % max(1, k)
+    contrib = y * weights.float()[:, :, None]
+    acc = contrib[:, shift]
+    for j in range(1, k):
+        acc = acc + contrib[:, (shift + j) % k]
+    return acc.to(x.dtype)
+
+
+def register_moe_mutants() -> None:
+    """Add the MoE mutants to the registry (families ``moe-router`` and ``moe-experts``)."""
+    from ..registry import register
+
+    register(
+        "moe-router",
+        "mutant:round-robin-ties",
+        round_robin_ties_router,
+        role="mutant",
+        description="ties broken round-robin from the row's batch position plus a pointer kept across calls",
+    )
+    register(
+        "moe-experts",
+        "mutant:fp8-batch-scale",
+        fp8_experts_batch_scale,
+        role="mutant",
+        description="FP8 experts, activation scale = max over the whole batch (fp8 signature)",
+    )
+    register(
+        "moe-experts",
+        "mutant:atomic-combine",
+        experts_atomic_combine,
+        role="mutant",
+        description="reference experts, slot outputs summed in an order that rotates per call (atomics)",
+    )
