@@ -71,7 +71,7 @@ def fingerprint() -> dict:
     if find_spec("torch") is not None:
         import torch
 
-        sw["torch"] = torch.__version__
+        sw["torch"] = str(torch.__version__)
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
             hw.update(

@@ -42,8 +42,12 @@ def jsonable(value: Any) -> Any:
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
         return value
-    if value is None or isinstance(value, (str, int, bool)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return str(value)  # str subclasses (torch.__version__) must not cross xdist as themselves
+    if isinstance(value, int):
+        return int(value)
     mod = type(value).__module__
     if mod == "torch" and type(value).__name__ == "dtype":
         return str(value).removeprefix("torch.")

@@ -1,0 +1,38 @@
+# Two commands a fresh machine needs: `make demo` and `make test`.
+# Each bootstraps .venv on first use. Where the system Python already has torch
+# (a GPU box) the venv sees it (--system-site-packages) and keeps it; elsewhere
+# the CPU build torch==2.13.0 is installed.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+REPORT_DIR ?= reports/demo
+
+.PHONY: demo test lint venv clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ ! -x $(PY) ]; then \
+	  if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
+	    echo "venv: system torch found, keeping it"; $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else $(PYTHON) -m venv $(VENV); fi; \
+	fi
+	@$(PY) -c "import torch" >/dev/null 2>&1 || $(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+test: $(STAMP)
+	@$(PY) -m pytest -n 2 -q tests suites $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest ran no tests"; exit 1; fi; exit $$rc
+
+demo: $(STAMP)
+	$(PY) -m pytest_invariance.demo --out $(REPORT_DIR)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean-venv:
+	rm -rf $(VENV)
