@@ -1,0 +1,688 @@
+"""The compatibility matrix: records in, matrix.md / .html / .csv / .json out.
+
+Rows are (family, implementation [mode], quantization), columns are hardware
+names, and a cell holds one verdict per oracle with its evidence. When a cell
+gathers several records of one oracle (several shapes, say) the worst verdict
+speaks for it, because one divergent shape is enough to make a configuration
+unsafe to ship. When the same test configuration was recorded several times,
+the latest record wins, so appending a new run to an old records file updates
+the matrix instead of mixing stale verdicts in.
+
+Output is a pure function of the records (sorted everywhere, no generation
+time), so a committed matrix only changes when a verdict does. Importing this
+module does not import torch.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from . import plots
+from .oracles.verdict import DIVERGENT, INCOMPLETE, INVARIANT, UNSUPPORTED, VACUOUS, VERDICTS, worst
+from .records import SCHEMA, record_key
+
+MATRIX_SCHEMA = "pytest-invariance.matrix/1"
+
+FAMILY_ORDER = (
+    "matmul", "rmsnorm", "softmax", "attention-prefill", "attention-decode", "fp8-gemm",
+    "moe-router", "moe-experts", "allreduce", "engine",
+)  # fmt: skip
+ORACLE_ORDER = (
+    "batch-size", "batch-position", "run-to-run", "chunking", "prefill-decode", "cache",
+    "unique-samples", "seeded-sampling", "precision", "perf",
+)  # fmt: skip
+VERDICT_COLOURS = {
+    INVARIANT: "#c8e6c9",
+    DIVERGENT: "#ffcdd2",
+    VACUOUS: "#fff3bf",
+    INCOMPLETE: "#ffe0b2",
+    UNSUPPORTED: "#e0e0e0",
+}
+VERDICT_MEANING = {
+    INVARIANT: "no divergence, and the positive control diverged (a clean pass)",
+    DIVERGENT: "the output depended on what shared the batch",
+    VACUOUS: "no divergence, but the positive control did not diverge either, so the test could not see one",
+    INCOMPLETE: "errors or timeouts cut the check short",
+    UNSUPPORTED: "not available on this hardware",
+}
+ROW_KEYS = ("family", "implementation", "mode", "quantization")
+CELL_KEYS = (*ROW_KEYS, "hardware", "oracle")
+
+
+# --------------------------------------------------------------------------- records -> cells
+def _rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
+    return (order.index(value) if value in order else len(order), value)
+
+
+def _time_of(rec: Mapping[str, Any]) -> float:
+    text = str(rec.get("time") or "")
+    try:
+        t = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return -math.inf
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return t.timestamp()
+
+
+def latest_records(records: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """One record per configuration (``records.record_key``): the one with the latest ``time``.
+
+    Ties on time go to the later run id, then to the record read last.
+    """
+    best: dict[tuple, tuple[tuple, dict]] = {}
+    for i, rec in enumerate(records):
+        order = (_time_of(rec), str(rec.get("run_id") or ""), i)
+        key = record_key(dict(rec))
+        if key not in best or order >= best[key][0]:
+            best[key] = (order, dict(rec))
+    return [rec for _, rec in sorted(best.values(), key=lambda item: item[0])]
+
+
+def hardware_name(rec: Mapping[str, Any]) -> str:
+    hw = rec.get("hardware")
+    return str(hw.get("name")) if isinstance(hw, Mapping) and hw.get("name") else "unknown"
+
+
+def impl_label(implementation: str, mode: str | None) -> str:
+    """``bundled [invariant]``: an engine's mode is part of what was tested."""
+    return f"{implementation} [{mode}]" if mode else implementation
+
+
+def cell_key(rec: Mapping[str, Any]) -> tuple:
+    return (
+        rec.get("family") or "",
+        rec.get("implementation") or "",
+        rec.get("mode") or None,
+        rec.get("quantization") or None,
+        hardware_name(rec),
+        rec.get("oracle") or "",
+    )
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _fmt_ulp(value: Any) -> str:
+    v = _num(value)
+    if v is None:
+        return str(value)
+    if math.isinf(v):
+        return "inf"
+    return str(int(v)) if v.is_integer() else f"{v:.3g}"
+
+
+def _short_text(text: Any, limit: int = 90) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def evidence_parts(rec: Mapping[str, Any]) -> list[str]:
+    """The few facts a reader needs to judge one record's verdict."""
+    ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
+    extra = rec.get("extra") if isinstance(rec.get("extra"), Mapping) else {}
+    verdict = rec.get("verdict")
+    parts: list[str] = []
+    if verdict == DIVERGENT:
+        first = ev.get("first") if isinstance(ev.get("first"), Mapping) else {}
+        if first.get("batch_size") is not None:
+            parts.append(f"first N={first['batch_size']}")
+        if first.get("position") is not None and rec.get("oracle") != "batch-size":
+            parts.append(f"position {first['position']}")
+        if first.get("label"):
+            parts.append(str(first["label"]))
+        for key in ("token_index", "token"):
+            if first.get(key) is not None:
+                parts.append(f"token {first[key]}")
+                break
+        if first.get("margin_class"):
+            parts.append(str(first["margin_class"]))
+        ulp = _num(ev.get("max_ulp"))
+        if ulp:
+            parts.append(f"max ULP {_fmt_ulp(ev.get('max_ulp'))}")
+        if ev.get("unique") is not None and not isinstance(ev.get("unique"), (list, dict)):
+            parts.append(f"{ev['unique']} unique")
+    elif verdict == VACUOUS:
+        control = rec.get("control") if isinstance(rec.get("control"), Mapping) else None
+        if control is None:
+            parts.append("no positive control")
+        else:
+            parts.append(f"control {control.get('name', '?')} did not diverge")
+    elif verdict == INCOMPLETE:
+        err = ev.get("error") or extra.get("error")
+        if err:
+            parts.append(f"error: {_short_text(err)}")
+    elif verdict == UNSUPPORTED:
+        reason = ev.get("reason") or extra.get("reason")
+        if reason:
+            parts.append(_short_text(reason))
+    if verdict in (DIVERGENT, INCOMPLETE) and ev.get("trials"):
+        parts.append(f"{ev.get('failures', '?')}/{ev['trials']} trials")
+    return parts
+
+
+def _severity_key(rec: Mapping[str, Any]) -> tuple:
+    """Most telling record first: highest failure rate, then largest ULP, then node id."""
+    ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
+    rate = _num(ev.get("rate")) or 0.0
+    ulp = _num(ev.get("max_ulp")) or 0.0
+    return (-rate, -ulp, str(rec.get("nodeid") or ""), json.dumps(rec.get("shape"), sort_keys=True))
+
+
+def cost_summary(recs: Iterable[Mapping[str, Any]]) -> dict | None:
+    """Median of ``cost.ratio`` (stock time / this time) over distinct measurements."""
+    seen: dict[tuple, float] = {}
+    stocks: set[str] = set()
+    for rec in recs:
+        cost = rec.get("cost")
+        if not isinstance(cost, Mapping):
+            continue
+        ratio = _num(cost.get("ratio"))
+        if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+            continue
+        seen[(str(rec.get("nodeid")), json.dumps(rec.get("shape"), sort_keys=True), ratio)] = ratio
+        if cost.get("stock"):
+            stocks.add(str(cost["stock"]))
+    if not seen:
+        return None
+    ratios = sorted(seen.values())
+    med = statistics.median(ratios)
+    text = f"{med:.2f}× stock"
+    if len(ratios) > 1:
+        text += f" (median of {len(ratios)}, {ratios[0]:.2f}–{ratios[-1]:.2f})"
+    return {
+        "ratio": round(med, 4),
+        "min": round(ratios[0], 4),
+        "max": round(ratios[-1], 4),
+        "n": len(ratios),
+        "stock": sorted(stocks),
+        "text": text,
+    }
+
+
+def oracle_text(cell: Mapping[str, Any]) -> str:
+    """``batch-size: divergent (first N=16, max ULP 3, 4/5 trials)``, contract shown unless bitwise."""
+    parts = list(cell["evidence_parts"])
+    n = cell["records"]
+    if n > 1:
+        parts.append(f"{cell['verdict_counts'].get(cell['verdict'], 0)}/{n} configs {cell['verdict']}")
+    text = f"{cell['oracle']}: {cell['verdict']}"
+    if parts:
+        text += f" ({', '.join(parts)})"
+    if cell["contracts"] != ["bitwise"]:
+        text += f" [{', '.join(cell['contracts'])}]"
+    return text
+
+
+def build_cells(records: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """Matrix cells, one per (family, implementation, mode, quantization, hardware, oracle), sorted."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for rec in latest_records(records):
+        groups[cell_key(rec)].append(rec)
+    cells = []
+    for key, recs in groups.items():
+        verdict = worst([r["verdict"] for r in recs])
+        rep = sorted((r for r in recs if r["verdict"] == verdict), key=_severity_key)[0]
+        ev = rep.get("evidence") if isinstance(rep.get("evidence"), Mapping) else {}
+        control = rep.get("control") if isinstance(rep.get("control"), Mapping) else None
+        cell = dict(zip(CELL_KEYS, key, strict=True))
+        cell.update(
+            verdict=verdict,
+            verdict_counts=dict(sorted(Counter(r["verdict"] for r in recs).items())),
+            records=len(recs),
+            contracts=sorted({str(r.get("contract") or "bitwise") for r in recs}),
+            evidence_parts=evidence_parts(rep),
+            first=ev.get("first"),
+            max_ulp=ev.get("max_ulp"),
+            failures=ev.get("failures"),
+            trials=ev.get("trials"),
+            equivalence_classes=ev.get("equivalence_classes"),
+            nodeid=rep.get("nodeid"),
+            control=None
+            if control is None
+            else {"name": control.get("name"), "diverged": control.get("diverged")},
+            cost=cost_summary(recs),
+        )
+        cell["evidence"] = oracle_text(cell)
+        cells.append(cell)
+    cells.sort(key=_cell_sort_key)
+    return cells
+
+
+def _cell_sort_key(cell: Mapping[str, Any]) -> tuple:
+    return (
+        _rank(FAMILY_ORDER, cell["family"]),
+        cell["implementation"],
+        cell["mode"] or "",
+        cell["quantization"] or "",
+        cell["hardware"],
+        _rank(ORACLE_ORDER, cell["oracle"]),
+    )
+
+
+# --------------------------------------------------------------------------- the table (pandas)
+def _frame(cells: list[dict]):
+    import pandas as pd
+
+    df = pd.DataFrame(cells, columns=[*CELL_KEYS, "verdict", "evidence", "contracts", "cost", "records"])
+    # None keys would be dropped by groupby; the display uses "" for "not set".
+    df["mode"] = df["mode"].fillna("")
+    df["quantization"] = df["quantization"].fillna("")
+    return df
+
+
+def _grid(cells: list[dict], recs: list[dict]) -> tuple[list[tuple], list[str], dict[tuple, dict]]:
+    """(rows, hardware, grid): grid[(row, hw)] = {"verdict", "lines", "cost"} for the tables."""
+    df = _frame(cells)
+    if df.empty:
+        return [], [], {}
+    cost_groups: dict[tuple, list[dict]] = defaultdict(list)
+    for rec in recs:
+        fam, impl, mode, quant, hw, _ = cell_key(rec)
+        cost_groups[(fam, impl, mode or "", quant or "", hw)].append(rec)
+    grid: dict[tuple, dict] = {}
+    # cells arrive sorted, and groupby(sort=False) keeps that order for rows and oracle lines.
+    for (fam, impl, mode, quant, hw), part in df.groupby([*ROW_KEYS, "hardware"], sort=False):
+        verdict = worst(list(part["verdict"]))
+        cost = cost_summary(cost_groups[(fam, impl, mode, quant, hw)])
+        grid[((fam, impl, mode, quant), hw)] = {
+            "verdict": verdict,
+            "lines": list(zip(part["verdict"], part["evidence"], strict=True)),
+            "cost": None if cost is None else f"{verdict}, {cost['text']}",
+        }
+    rows = list(dict.fromkeys(row for row, _ in grid))
+    return rows, sorted(df["hardware"].unique()), grid
+
+
+def _contracts(cells: list[dict]) -> list[str]:
+    return sorted({c for cell in cells for c in cell["contracts"]}) or ["bitwise"]
+
+
+def hardware_fingerprints(recs: list[dict]) -> dict[str, dict]:
+    """The latest record's hardware and software per hardware name, for the reader's reference."""
+    out: dict[str, dict] = {}
+    for rec in recs:  # latest_records() returns them oldest first
+        hw = rec.get("hardware") if isinstance(rec.get("hardware"), Mapping) else {}
+        sw = rec.get("software") if isinstance(rec.get("software"), Mapping) else {}
+        out[hardware_name(rec)] = {"hardware": dict(hw), "software": dict(sw)}
+    return dict(sorted(out.items()))
+
+
+def _summary_line(recs_in: int, recs: list[dict], cells: list[dict]) -> str:
+    runs = sorted({str(r.get("run_id")) for r in recs})
+    return (
+        f"{len(recs)} record(s) (latest per configuration, of {recs_in} read) from {len(runs)} run(s); "
+        f"{len(cells)} cell(s); record schema {SCHEMA}"
+    )
+
+
+_HW_FIELDS = (
+    ("kind", "hardware", "kind"),
+    ("devices", "hardware", "device_count"),
+    ("compute capability", "hardware", "compute_capability"),
+    ("SMs", "hardware", "sm_count"),
+    ("driver", "hardware", "driver"),
+    ("CUDA", "hardware", "cuda"),
+    ("CPU", "hardware", "cpu_model"),
+    ("cores", "hardware", "cores"),
+    ("python", "software", "python"),
+    ("torch", "software", "torch"),
+    ("triton", "software", "triton"),
+    ("pytest-invariance", "software", "pytest_invariance"),
+)
+
+
+def _hw_value(fp: dict, section: str, field: str) -> str:
+    v = fp.get(section, {}).get(field)
+    return "–" if v in (None, "") else str(v)
+
+
+# --------------------------------------------------------------------------- markdown
+def _md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(recs_in: int, recs: list[dict], cells: list[dict]) -> str:
+    rows, hardware, grid = _grid(cells, recs)
+    out = [
+        "# Invariance matrix",
+        "",
+        f"Contract(s): **{', '.join(_contracts(cells))}**. " + _summary_line(recs_in, recs, cells) + ".",
+        "",
+        "Each cell: the worst verdict in bold, then one verdict per oracle with its evidence; "
+        "`–` means not run on that hardware.",
+        "",
+    ]
+    out += [f"- **{v}**: {VERDICT_MEANING[v]}" for v in VERDICTS]
+    out.append("")
+    if not rows:
+        out += ["No records.", ""]
+    else:
+        head = ["family", "implementation", "quantization", *hardware]
+        out.append("| " + " | ".join(_md_escape(h) for h in head) + " |")
+        out.append("|" + "---|" * len(head))
+        for row in rows:
+            fam, impl, mode, quant = row
+            line = [fam, impl_label(impl, mode), quant or "–"]
+            for hw in hardware:
+                g = grid.get((row, hw))
+                if g is None:
+                    line.append("–")
+                    continue
+                text = f"**{g['verdict']}**: " + " · ".join(t for _, t in g["lines"])
+                if g["cost"]:
+                    text += f" · cost: {g['cost']}"
+                line.append(text)
+            out.append("| " + " | ".join(_md_escape(x) for x in line) + " |")
+        out.append("")
+    fps = hardware_fingerprints(recs)
+    if fps:
+        out += ["## Hardware", ""]
+        out.append("| hardware | " + " | ".join(label for label, _, _ in _HW_FIELDS) + " |")
+        out.append("|" + "---|" * (len(_HW_FIELDS) + 1))
+        for name, fp in fps.items():
+            vals = [_hw_value(fp, s, f) for _, s, f in _HW_FIELDS]
+            out.append("| " + " | ".join(_md_escape(x) for x in [name, *vals]) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- html
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #bbb; padding: 4px 8px; vertical-align: top; text-align: left; font-size: 13px; }
+th { background: #f4f4f4; }
+td.cell { min-width: 16em; }
+div.o { margin: 2px 0; padding: 1px 4px; border-radius: 3px; }
+div.cost { margin-top: 4px; font-style: italic; }
+span.badge { padding: 1px 6px; border-radius: 3px; border: 1px solid #999; }
+.meta { color: #444; }
+section.plots svg { display: block; margin: 1em 0; }
+p.empty { color: #777; font-style: italic; }
+"""
+
+
+def _verdict_css() -> str:
+    return "\n".join(f".v-{v} {{ background: {c}; }}" for v, c in VERDICT_COLOURS.items())
+
+
+def render_html(recs_in: int, recs: list[dict], cells: list[dict]) -> str:
+    rows, hardware, grid = _grid(cells, recs)
+    contracts = ", ".join(_contracts(cells))
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>pytest-invariance matrix</title>',
+        f"<style>{_CSS}{_verdict_css()}</style></head><body>",
+        "<h1>Invariance matrix</h1>",
+        f'<p class="meta">Contract(s): <b>{escape(contracts)}</b>. {escape(_summary_line(recs_in, recs, cells))}.</p>',
+        '<p class="legend">'
+        + " ".join(
+            f'<span class="badge v-{v}" title="{escape(VERDICT_MEANING[v])}">{v}</span>' for v in VERDICTS
+        )
+        + " — a cell takes the colour of its worst verdict.</p>",
+    ]
+    if not rows:
+        out.append('<p class="empty">No records.</p>')
+    else:
+        out.append(
+            '<table class="matrix"><thead><tr><th>family</th><th>implementation</th><th>quantization</th>'
+        )
+        out += [f"<th>{escape(hw)}</th>" for hw in hardware]
+        out.append("</tr></thead><tbody>")
+        for row in rows:
+            fam, impl, mode, quant = row
+            out.append(
+                f"<tr><td>{escape(fam)}</td><td>{escape(impl_label(impl, mode))}</td><td>{escape(quant or '–')}</td>"
+            )
+            for hw in hardware:
+                g = grid.get((row, hw))
+                if g is None:
+                    out.append('<td class="cell">–</td>')
+                    continue
+                inner = "".join(f'<div class="o v-{v}">{escape(t)}</div>' for v, t in g["lines"])
+                if g["cost"]:
+                    inner += f'<div class="cost">cost: {escape(g["cost"])}</div>'
+                out.append(f'<td class="cell v-{g["verdict"]}">{inner}</td>')
+            out.append("</tr>")
+        out.append("</tbody></table>")
+    out.append('<section class="plots"><h2>Plots</h2>')
+    out += _plots(recs)
+    out.append("</section>")
+    fps = hardware_fingerprints(recs)
+    if fps:
+        out.append("<h2>Hardware</h2><table><thead><tr><th>hardware</th>")
+        out += [f"<th>{escape(label)}</th>" for label, _, _ in _HW_FIELDS]
+        out.append("</tr></thead><tbody>")
+        for name, fp in fps.items():
+            vals = "".join(f"<td>{escape(_hw_value(fp, s, f))}</td>" for _, s, f in _HW_FIELDS)
+            out.append(f"<tr><td>{escape(name)}</td>{vals}</tr>")
+        out.append("</tbody></table>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _row_label(rec: Mapping[str, Any]) -> str:
+    return " · ".join(
+        [
+            str(rec.get("family")),
+            impl_label(str(rec.get("implementation")), rec.get("mode")),
+            str(rec.get("quantization") or "–"),
+            hardware_name(rec),
+        ]
+    )
+
+
+def _test_label(rec: Mapping[str, Any]) -> str:
+    node = str(rec.get("nodeid") or "")
+    return node.rsplit("::", 1)[-1] or json.dumps(rec.get("shape"), sort_keys=True)
+
+
+def _ints(values: Any) -> set[int]:
+    if not isinstance(values, list):
+        return set()
+    return {int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def divergence_series(recs: list[dict]) -> list[tuple[str, dict[int, tuple[int, int]]]]:
+    """Per (row, hardware, oracle): at each batch size, (configs that differed, configs known to test it).
+
+    Tested sizes come from per-point data (``evidence.points``), ``evidence.batch_sizes`` /
+    ``extra.batch_sizes``, or the edges of the equivalence classes; differing sizes from
+    ``evidence.differing_batch_sizes`` or the points.
+    """
+    acc: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for rec in recs:
+        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
+        extra = rec.get("extra") if isinstance(rec.get("extra"), Mapping) else {}
+        bad = _ints(ev.get("differing_batch_sizes"))
+        tested = _ints(ev.get("batch_sizes")) | _ints(extra.get("batch_sizes"))
+        points = ev.get("points") if isinstance(ev.get("points"), list) else []
+        for p in points:
+            if isinstance(p, Mapping) and isinstance(p.get("batch_size"), int):
+                tested.add(p["batch_size"])
+                if p.get("equal") is False or (_num(p.get("n_diff")) or 0) > 0:
+                    bad.add(p["batch_size"])
+        if isinstance(ev.get("equivalence_classes"), str):
+            for cls in plots.parse_classes(ev["equivalence_classes"]):
+                for lo, hi in cls:
+                    tested.update((lo, hi))
+        if not bad and not tested:
+            continue
+        label = f"{_row_label(rec)} · {rec.get('oracle')}"
+        for n in bad | tested:
+            acc[label][n][1] += 1
+            if n in bad:
+                acc[label][n][0] += 1
+    return [(label, {n: (c[0], c[1]) for n, c in sorted(pts.items())}) for label, pts in sorted(acc.items())]
+
+
+def first_divergence_counts(recs: list[dict]) -> dict[str, list[tuple[str, int]]]:
+    """Per hardware: how many divergent records first differed at each batch size."""
+    acc: dict[str, Counter] = defaultdict(Counter)
+    for rec in recs:
+        if rec.get("verdict") != DIVERGENT:
+            continue
+        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
+        first = ev.get("first") if isinstance(ev.get("first"), Mapping) else {}
+        n = first.get("batch_size")
+        if isinstance(n, int) and not isinstance(n, bool):
+            acc[hardware_name(rec)][n] += 1
+    return {hw: [(str(n), c) for n, c in sorted(cnt.items())] for hw, cnt in sorted(acc.items())}
+
+
+def class_series(recs: list[dict]) -> list[tuple[str, str]]:
+    out = set()
+    for rec in recs:
+        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
+        text = ev.get("equivalence_classes")
+        if isinstance(text, str) and plots.parse_classes(text):
+            out.add((f"{_row_label(rec)} · {_test_label(rec)}", text))
+    return sorted(out)
+
+
+def _xy_pairs(ev: Mapping[str, Any]) -> list[tuple[float, float]]:
+    uniq, conc = ev.get("unique"), ev.get("concurrency")
+    pairs: list[tuple[Any, Any]] = []
+    if isinstance(uniq, Mapping):
+        pairs = list(uniq.items())
+    elif isinstance(uniq, list) and isinstance(conc, list) and len(uniq) == len(conc):
+        pairs = list(zip(conc, uniq, strict=True))
+    elif uniq is not None and conc is not None and not isinstance(uniq, list) and not isinstance(conc, list):
+        pairs = [(conc, uniq)]
+    elif isinstance(ev.get("points"), list):
+        pairs = [
+            (p.get("concurrency"), p.get("unique"))
+            for p in ev["points"]
+            if isinstance(p, Mapping) and "concurrency" in p and "unique" in p
+        ]
+    out = []
+    for x, y in pairs:
+        xf, yf = _num(x), _num(y)
+        if xf is not None and yf is not None and math.isfinite(xf) and math.isfinite(yf) and xf > 0:
+            out.append((xf, yf))
+    return sorted(out)
+
+
+def unique_series(recs: list[dict]) -> list[tuple[str, list[tuple[float, float]]]]:
+    """Engine records: unique completions vs concurrency (1 everywhere means invariant)."""
+    out = []
+    for rec in recs:
+        if rec.get("family") != "engine":
+            continue
+        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
+        pts = _xy_pairs(ev)
+        if pts:
+            label = f"{impl_label(str(rec.get('implementation')), rec.get('mode'))} · {hardware_name(rec)} · "
+            out.append((label + f"{rec.get('oracle')} · {_test_label(rec)}", pts))
+    return sorted(out)
+
+
+def _plots(recs: list[dict]) -> list[str]:
+    out = ["<h3>Divergence vs batch size</h3>"]
+    div = divergence_series(recs)
+    if div:
+        out.append(plots.divergence_strip(div, "Probe row differs from batch size 1 at N"))
+    else:
+        out.append('<p class="empty">No record reports batch sizes.</p>')
+    out.append("<h3>First divergence</h3>")
+    firsts = first_divergence_counts(recs)
+    if firsts:
+        for hw, bars in firsts.items():
+            total = sum(c for _, c in bars)
+            out.append(
+                plots.histogram(bars, f"{hw}: first differing batch size ({total} divergent)", "batch size N")
+            )
+    else:
+        out.append('<p class="empty">No divergent record with a first differing batch size.</p>')
+    out.append("<h3>Equivalence classes</h3>")
+    classes = class_series(recs)
+    if classes:
+        out.append(plots.class_bands(classes, "Batch sizes grouped by bit-identical probe output"))
+    else:
+        out.append('<p class="empty">No record reports equivalence classes.</p>')
+    uniq = unique_series(recs)
+    if uniq:
+        out.append("<h3>Engine: unique samples vs concurrency</h3>")
+        out.append(plots.line_chart(uniq, "Unique completions of one prompt", "concurrency", "unique"))
+    return out
+
+
+# --------------------------------------------------------------------------- csv / json
+def _json_cells(cells: list[dict]) -> list[dict]:
+    keep = (*CELL_KEYS, "verdict", "evidence", "contracts", "cost", "records", "verdict_counts",
+            "first", "max_ulp", "failures", "trials", "equivalence_classes", "nodeid", "control")  # fmt: skip
+    return [{k: c[k] for k in keep} for c in cells]
+
+
+def render_json(recs_in: int, recs: list[dict], cells: list[dict]) -> str:
+    doc = {
+        "schema": MATRIX_SCHEMA,
+        "record_schema": SCHEMA,
+        "contracts": _contracts(cells),
+        "summary": _summary_line(recs_in, recs, cells),
+        "hardware": hardware_fingerprints(recs),
+        "cells": _json_cells(cells),
+    }
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+
+
+def render_csv(cells: list[dict]) -> str:
+    import pandas as pd
+
+    cols = [*CELL_KEYS, "verdict", "contract", "evidence", "cost_ratio", "cost", "records"]
+    df = pd.DataFrame(
+        [
+            {
+                **{k: c[k] for k in CELL_KEYS},
+                "verdict": c["verdict"],
+                "contract": ";".join(c["contracts"]),
+                "evidence": c["evidence"],
+                "cost_ratio": None if c["cost"] is None else c["cost"]["ratio"],
+                "cost": None if c["cost"] is None else c["cost"]["text"],
+                "records": c["records"],
+            }
+            for c in cells
+        ],
+        columns=cols,
+    )
+    return df.to_csv(index=False, lineterminator="\n")
+
+
+def render_matrix(records: Iterable[Mapping[str, Any]], out_dir: str | Path) -> dict[str, Path]:
+    """Write matrix.md, matrix.html, matrix.csv and matrix.json under ``out_dir``; returns their paths."""
+    records = list(records)
+    recs = latest_records(records)
+    cells = build_cells(recs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    texts = {
+        "md": render_markdown(len(records), recs, cells),
+        "html": render_html(len(records), recs, cells),
+        "csv": render_csv(cells),
+        "json": render_json(len(records), recs, cells),
+    }
+    paths = {}
+    for ext, text in texts.items():
+        p = out / f"matrix.{ext}"
+        p.write_text(text, encoding="utf-8")
+        paths[ext] = p
+    return paths

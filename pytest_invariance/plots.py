@@ -1,0 +1,234 @@
+"""Inline SVG charts for matrix.html.
+
+Hand-written SVG rather than matplotlib: the HTML report must be a single
+self-contained file, render identically for the same records (no fonts,
+timestamps or random ids embedded), and work where only the plugin's light
+dependencies are installed. Every function returns an ``<svg>`` string.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from html import escape
+
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#bab0ac")
+RED = "#d62728"
+GREEN = "#2ca02c"
+GREY = "#999999"
+
+_LABEL_W = 300
+_PLOT_W = 520
+_ROW_H = 22
+_TOP = 34
+_BOTTOM = 40
+_MAX_LABEL = 46
+
+
+def _f(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def _short(label: str) -> str:
+    return label if len(label) <= _MAX_LABEL else label[: _MAX_LABEL - 1] + "…"
+
+
+def _svg(width: float, height: float, body: list[str], title: str) -> str:
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_f(width)}" height="{_f(height)}" '
+        f'viewBox="0 0 {_f(width)} {_f(height)}" role="img" aria-label="{escape(title)}" '
+        'font-family="sans-serif" font-size="11">'
+    )
+    t = f'<text x="4" y="16" font-size="13" font-weight="bold">{escape(title)}</text>'
+    return "\n".join([head, t, *body, "</svg>"])
+
+
+class LogAxis:
+    """log2 axis over positive integers (batch sizes, concurrency levels)."""
+
+    def __init__(self, lo: float, hi: float, x0: float, width: float) -> None:
+        self.lo = math.log2(max(lo, 1))
+        self.hi = math.log2(max(hi, lo, 1))
+        if self.hi - self.lo < 1:
+            self.hi = self.lo + 1
+        self.x0, self.width = x0, width
+
+    def __call__(self, v: float) -> float:
+        return self.x0 + (math.log2(max(v, 1)) - self.lo) / (self.hi - self.lo) * self.width
+
+    def ticks(self) -> list[int]:
+        return [2**e for e in range(math.floor(self.lo), math.ceil(self.hi) + 1) if self.lo <= e <= self.hi]
+
+
+def _x_axis(axis: LogAxis, y: float, label: str) -> list[str]:
+    out = [
+        f'<line x1="{_f(axis.x0)}" y1="{_f(y)}" x2="{_f(axis.x0 + axis.width)}" y2="{_f(y)}" stroke="#333"/>'
+    ]
+    for t in axis.ticks():
+        x = axis(t)
+        out.append(f'<line x1="{_f(x)}" y1="{_f(y)}" x2="{_f(x)}" y2="{_f(y + 4)}" stroke="#333"/>')
+        out.append(f'<text x="{_f(x)}" y="{_f(y + 15)}" text-anchor="middle">{t}</text>')
+    out.append(
+        f'<text x="{_f(axis.x0 + axis.width / 2)}" y="{_f(y + 30)}" text-anchor="middle">{escape(label)}</text>'
+    )
+    return out
+
+
+def _row_label(y: float, label: str) -> str:
+    return (
+        f'<text x="{_LABEL_W - 8}" y="{_f(y + 4)}" text-anchor="end"><title>{escape(label)}</title>'
+        f"{escape(_short(label))}</text>"
+    )
+
+
+def divergence_strip(series: Sequence[tuple[str, dict[int, tuple[int, int]]]], title: str) -> str:
+    """One row per series; at each batch size N a dot: red, sized and shaded by the share of
+    configurations whose probe row differed at N; hollow green where N was tested and never differed.
+
+    ``series`` maps a label to ``{N: (differing, tested)}``.
+    """
+    sizes = [n for _, pts in series for n in pts]
+    axis = LogAxis(min(sizes, default=1), max(sizes, default=2), _LABEL_W, _PLOT_W)
+    body: list[str] = []
+    for i, (label, pts) in enumerate(series):
+        y = _TOP + i * _ROW_H + _ROW_H / 2
+        body.append(_row_label(y, label))
+        body.append(
+            f'<line x1="{_f(axis.x0)}" y1="{_f(y)}" x2="{_f(axis.x0 + axis.width)}" y2="{_f(y)}" stroke="#eee"/>'
+        )
+        for n in sorted(pts):
+            bad, total = pts[n]
+            tip = f"N={n}: {bad}/{total} configuration(s) differ"
+            if bad:
+                share = bad / total if total else 1.0
+                r = 3 + 4 * share
+                body.append(
+                    f'<circle cx="{_f(axis(n))}" cy="{_f(y)}" r="{_f(r)}" fill="{RED}" '
+                    f'fill-opacity="{0.35 + 0.65 * share:.2f}"><title>{tip}</title></circle>'
+                )
+            else:
+                body.append(
+                    f'<circle cx="{_f(axis(n))}" cy="{_f(y)}" r="3" fill="none" stroke="{GREEN}">'
+                    f"<title>{tip}</title></circle>"
+                )
+    y_axis = _TOP + len(series) * _ROW_H + 4
+    body += _x_axis(axis, y_axis, "batch size N (log scale)")
+    return _svg(_LABEL_W + _PLOT_W + 20, y_axis + _BOTTOM, body, title)
+
+
+def histogram(bars: Sequence[tuple[str, int]], title: str, xlabel: str, colour: str = RED) -> str:
+    """Vertical bars over categorical x values (already in display order)."""
+    bar_w, gap, plot_h, left = 26, 6, 120, 36
+    top = _TOP
+    peak = max((c for _, c in bars), default=1) or 1
+    body: list[str] = []
+    for i, (name, count) in enumerate(bars):
+        h = plot_h * count / peak
+        x = left + i * (bar_w + gap)
+        body.append(
+            f'<rect x="{_f(x)}" y="{_f(top + plot_h - h)}" width="{bar_w}" height="{_f(h)}" fill="{colour}">'
+            f"<title>{escape(xlabel)} {escape(name)}: {count}</title></rect>"
+        )
+        body.append(
+            f'<text x="{_f(x + bar_w / 2)}" y="{_f(top + plot_h - h - 3)}" text-anchor="middle">{count}</text>'
+        )
+        body.append(
+            f'<text x="{_f(x + bar_w / 2)}" y="{_f(top + plot_h + 14)}" text-anchor="middle">{escape(name)}</text>'
+        )
+    width = max(left + len(bars) * (bar_w + gap) + 20, 260)
+    body.append(
+        f'<line x1="{left - 2}" y1="{top + plot_h}" x2="{_f(width - 10)}" y2="{top + plot_h}" stroke="#333"/>'
+    )
+    body.append(f'<text x="{left}" y="{top + plot_h + 32}">{escape(xlabel)}</text>')
+    return _svg(width, top + plot_h + 44, body, title)
+
+
+_CLASS_RE = re.compile(r"\{([^}]*)\}")
+
+
+def parse_classes(text: str) -> list[list[tuple[int, int]]]:
+    """``"{1} {2..32} {33,40..64}"`` -> ``[[(1, 1)], [(2, 32)], [(33, 33), (40, 64)]]``.
+
+    ``a..b`` means every *tested* size from a to b, so it is drawn as a span.
+    Unparseable parts are dropped rather than guessed.
+    """
+    classes: list[list[tuple[int, int]]] = []
+    for body in _CLASS_RE.findall(text or ""):
+        spans: list[tuple[int, int]] = []
+        for part in body.split(","):
+            part = part.strip()
+            lo, sep, hi = part.partition("..")
+            try:
+                spans.append((int(lo), int(hi)) if sep else (int(lo), int(lo)))
+            except ValueError:
+                continue
+        if spans:
+            classes.append(spans)
+    return classes
+
+
+def class_bands(series: Sequence[tuple[str, str]], title: str) -> str:
+    """One row per series; batch sizes coloured by equivalence class (same colour = bit-identical
+    probe output), so kernel switch points and bucket edges show as colour changes."""
+    parsed = [(label, text, parse_classes(text)) for label, text in series]
+    ends = [v for _, _, cls in parsed for c in cls for span in c for v in span]
+    axis = LogAxis(min(ends, default=1), max(ends, default=2), _LABEL_W, _PLOT_W)
+    body: list[str] = []
+    for i, (label, text, cls) in enumerate(parsed):
+        y = _TOP + i * _ROW_H
+        body.append(_row_label(y + _ROW_H / 2, label))
+        for k, spans in enumerate(cls):
+            colour = PALETTE[k % len(PALETTE)]
+            for lo, hi in spans:
+                x0 = axis(lo) - 2
+                w = max(axis(hi) - axis(lo) + 4, 4)
+                body.append(
+                    f'<rect x="{_f(x0)}" y="{_f(y + 4)}" width="{_f(w)}" height="{_ROW_H - 8}" fill="{colour}">'
+                    f"<title>class {k + 1}: {lo}..{hi} — {escape(text)}</title></rect>"
+                )
+    y_axis = _TOP + len(parsed) * _ROW_H + 4
+    body += _x_axis(axis, y_axis, "batch size N (log scale); one colour per class of identical output")
+    return _svg(_LABEL_W + _PLOT_W + 20, y_axis + _BOTTOM, body, title)
+
+
+def line_chart(
+    series: Sequence[tuple[str, list[tuple[float, float]]]], title: str, xlabel: str, ylabel: str
+) -> str:
+    """Lines over a log2 x axis (concurrency), linear y from 0; legend under the plot."""
+    xs = [x for _, pts in series for x, _ in pts]
+    ys = [y for _, pts in series for _, y in pts]
+    left, plot_h = 60, 160
+    axis = LogAxis(min(xs, default=1), max(xs, default=2), left, _PLOT_W)
+    y_hi = max(max(ys, default=1), 1)
+
+    def ypos(v: float) -> float:
+        return _TOP + plot_h - v / y_hi * plot_h
+
+    body = [f'<line x1="{left}" y1="{_TOP}" x2="{left}" y2="{_TOP + plot_h}" stroke="#333"/>']
+    for v in sorted({0, y_hi, round(y_hi / 2)}):
+        body.append(f'<text x="{left - 4}" y="{_f(ypos(v) + 4)}" text-anchor="end">{v:g}</text>')
+    body.append(
+        f'<text x="12" y="{_f(_TOP + plot_h / 2)}" transform="rotate(-90 12 {_f(_TOP + plot_h / 2)})" '
+        f'text-anchor="middle">{escape(ylabel)}</text>'
+    )
+    for i, (label, pts) in enumerate(series):
+        colour = PALETTE[i % len(PALETTE)]
+        pts = sorted(pts)
+        path = " ".join(f"{_f(axis(x))},{_f(ypos(y))}" for x, y in pts)
+        if len(pts) > 1:
+            body.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for x, y in pts:
+            body.append(
+                f'<circle cx="{_f(axis(x))}" cy="{_f(ypos(y))}" r="3" fill="{colour}">'
+                f"<title>{escape(label)}: {xlabel} {x:g} → {y:g}</title></circle>"
+            )
+    body += _x_axis(axis, _TOP + plot_h, xlabel)
+    legend_y = _TOP + plot_h + 48
+    for i, (label, _) in enumerate(series):
+        y = legend_y + i * 16
+        body.append(
+            f'<rect x="{left}" y="{y - 9}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
+        )
+        body.append(f'<text x="{left + 16}" y="{y}">{escape(label)}</text>')
+    return _svg(left + _PLOT_W + 20, legend_y + len(series) * 16 + 8, body, title)

@@ -1,0 +1,161 @@
+"""Record files: append-only JSONL, one record per line.
+
+Append-only and fsynced per call so that a run interrupted midway (a crashed
+worker, a killed CI job) keeps every record written before it. Reading is
+forgiving line by line, because a committed records file that lost its last
+line must still render a matrix: a bad line becomes a *problem* with its file
+and line number and is skipped, never a crash. Only a file that cannot be read
+at all is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .oracles.verdict import VERDICTS
+from .records import REQUIRED, SCHEMA
+
+SCHEMA_NAME, _, _major = SCHEMA.rpartition("/")
+SCHEMA_MAJOR = int(_major.split(".")[0])
+
+
+class RecordFileError(Exception):
+    """A records file that cannot be read at all (missing, a directory, no permission)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One skipped line of a records file, with where it was and why."""
+
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}, line skipped"
+
+
+def _dumps(record: Mapping[str, Any]) -> str:
+    if not isinstance(record, Mapping):
+        raise TypeError(f"a record must be a mapping, got {type(record).__name__}")
+    try:
+        # allow_nan=False: a bare NaN is not JSON and would make the line unreadable elsewhere.
+        return json.dumps(dict(record), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"record {record.get('nodeid')!r} is not plain JSON: {e}") from None
+
+
+def append_records(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]) -> int:
+    """Append ``records`` to the JSONL file at ``path``; returns how many were written.
+
+    Every record is serialized before the file is touched, so a record that is
+    not JSON leaves the file unchanged instead of half-written. Parent
+    directories are created. The data is flushed and fsynced before returning.
+    """
+    lines = [_dumps(r) + "\n" for r in records]
+    if not lines:
+        return 0
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(lines).encode("utf-8")
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        # A file whose last line was cut short would glue our first record onto it.
+        if os.fstat(fd).st_size > 0 and not _ends_with_newline(p):
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return len(lines)
+
+
+def _ends_with_newline(p: Path) -> bool:
+    with open(p, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def check_record(obj: Any) -> str | None:
+    """Why ``obj`` is not a readable record (``None`` when it is one)."""
+    if not isinstance(obj, dict):
+        return f"not a JSON object ({type(obj).__name__})"
+    schema = obj.get("schema")
+    if not isinstance(schema, str):
+        return "no schema field"
+    name, _, version = schema.rpartition("/")
+    major = version.split(".")[0]
+    if name != SCHEMA_NAME or not major.isdigit():
+        return f"unknown schema {schema!r} (expected {SCHEMA_NAME}/{SCHEMA_MAJOR})"
+    if int(major) != SCHEMA_MAJOR:
+        return f"unsupported schema version {schema!r} (this version reads {SCHEMA_NAME}/{SCHEMA_MAJOR})"
+    missing = [k for k in REQUIRED if k not in obj]
+    if missing:
+        return f"missing field(s) {', '.join(missing)}"
+    hw = obj["hardware"]
+    if not isinstance(hw, dict) or not isinstance(hw.get("name"), str) or not hw["name"]:
+        return "hardware has no name"
+    for key in ("family", "implementation", "oracle", "verdict"):
+        if not isinstance(obj[key], str) or not obj[key]:
+            return f"field {key!r} is not a non-empty string"
+    if obj["verdict"] not in VERDICTS:
+        return f"unknown verdict {obj['verdict']!r}"
+    return None
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise RecordFileError(f"records file not found: {path}") from None
+    except IsADirectoryError:
+        raise RecordFileError(f"records path is a directory, not a file: {path}") from None
+    except OSError as e:
+        raise RecordFileError(f"cannot read records file {path}: {e.strerror or e}") from None
+
+
+def read_records(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+) -> tuple[list[dict], list[Problem]]:
+    """Read every record from ``paths`` in file and line order.
+
+    Returns ``(records, problems)``: lines that are not valid JSON, not UTF-8,
+    not an object, or not a record of a schema version we understand are
+    skipped and reported. Blank lines are ignored. Raises
+    :class:`RecordFileError` naming the file when a file cannot be read.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    records: list[dict] = []
+    problems: list[Problem] = []
+    for raw_path in paths:
+        path = Path(raw_path)
+        data = _read_bytes(path)
+        name = str(raw_path)
+        for lineno, raw in enumerate(data.split(b"\n"), start=1):
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                problems.append(Problem(name, lineno, f"not UTF-8 ({e.reason} at byte {e.start})"))
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                problems.append(Problem(name, lineno, f"invalid JSON ({e.msg} at column {e.colno})"))
+                continue
+            why = check_record(obj)
+            if why is not None:
+                problems.append(Problem(name, lineno, why))
+                continue
+            records.append(obj)
+    return records, problems
