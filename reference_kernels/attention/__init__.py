@@ -1,1 +1,144 @@
-"""Batch-invariant attention: varlen prefill and fixed-split-size paged decode."""
+"""Batch-invariant attention: varlen prefill and fixed-split-size paged decode.
+
+Public functions (all take bf16/fp16/fp32, accumulate in fp32, return q's dtype):
+
+- ``prefill_varlen(q[total_q, Hq, D], k[total_k, Hkv, D], v, cu_seqlens_q, cu_seqlens_k,
+  *, causal=True, scale=None, split_size=256)``: the queries of sequence i are its last
+  ``len_q`` positions, so chunked prefill is "prefill of the chunk against prefix + chunk".
+- ``prefill_paged(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale=None,
+  split_size=256)``: the same over a paged cache already holding every position ``< seq_lens``.
+- ``decode_paged(q[B, Hq, D], k_cache[num_blocks, block_size, Hkv, D], v_cache, block_table[B,
+  max_blocks] int32, seq_lens[B] int32, *, scale=None, split_size=256)``: one query per sequence
+  at position ``seq_lens[b] - 1``.
+- ``write_kv(k_cache, v_cache, k[T, Hkv, D], v, slot_mapping[T])``: store new K/V (exact copy).
+
+Invariance contract (both paths): KV is cut into splits of ``split_size`` tokens
+anchored at absolute position 0 (a 1000-token cache is 256+256+256+232 whatever the
+batch); each split yields (max, sum, unnormalised output) and splits are merged left to
+right. A row's arithmetic depends only on its own keys, so: batch-size, batch-position
+and run-to-run invariance; decode at position t == prefill at position t bitwise (write
+K/V first, then attend); chunked prefill == whole prefill bitwise for any chunk
+boundary (splits are anchored to absolute positions, not to chunk starts; extra
+fully-masked key blocks a query tile visits are exact no-ops). Not promised: equality
+across ``split_size`` values, or between the torch (CPU) and Triton (CUDA) paths.
+
+``backend``: ``"auto"`` (Triton on CUDA tensors, torch otherwise), ``"torch"`` or
+``"triton"`` (on CPU tensors this needs ``TRITON_INTERPRET=1``; tiny shapes only).
+
+Registry families (``register_builtin_attention``):
+
+- ``attention-prefill``: ``fn(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, scale=None) -> out``
+  with the shapes of ``prefill_varlen``.
+- ``attention-decode``: ``fn(q, k_cache, v_cache, block_table, seq_lens, *, scale=None) -> out``
+  with the shapes of ``decode_paged``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .cache import slot_mapping_for, slots_for, write_kv
+from .torch_ref import decode_paged_torch, prefill_paged_torch, prefill_varlen_torch
+
+SPLIT_SIZE = 256
+
+__all__ = [
+    "SPLIT_SIZE",
+    "decode_paged",
+    "prefill_paged",
+    "prefill_varlen",
+    "register_builtin_attention",
+    "slot_mapping_for",
+    "slots_for",
+    "write_kv",
+]
+
+
+def _use_triton(t: torch.Tensor, backend: str) -> bool:
+    if backend == "torch":
+        return False
+    if backend == "triton":
+        if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError("backend='triton' on CPU tensors needs TRITON_INTERPRET=1")
+        return True
+    if backend != "auto":
+        raise ValueError(f"backend={backend!r}; expected auto, torch or triton")
+    return t.is_cuda
+
+
+def prefill_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    *,
+    causal: bool = True,
+    scale: float | None = None,
+    split_size: int = SPLIT_SIZE,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Batch-invariant varlen prefill (see the module docstring)."""
+    if _use_triton(q, backend):
+        from .triton_attn import prefill_varlen_triton
+
+        return prefill_varlen_triton(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, causal=causal, scale=scale, split_size=split_size
+        )
+    return prefill_varlen_torch(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, causal=causal, scale=scale, split_size=split_size
+    )
+
+
+def prefill_paged(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    scale: float | None = None,
+    split_size: int = SPLIT_SIZE,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Causal prefill of each sequence's last ``len_q`` tokens over its paged cache."""
+    if _use_triton(q, backend):
+        from .triton_attn import prefill_paged_triton
+
+        return prefill_paged_triton(
+            q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, split_size=split_size
+        )
+    return prefill_paged_torch(
+        q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, split_size=split_size
+    )
+
+
+def decode_paged(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    scale: float | None = None,
+    split_size: int = SPLIT_SIZE,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Batch-invariant paged decode with a fixed split size and a fixed-order merge."""
+    if _use_triton(q, backend):
+        from .triton_attn import decode_paged_triton
+
+        return decode_paged_triton(
+            q, k_cache, v_cache, block_table, seq_lens, scale=scale, split_size=split_size
+        )
+    return decode_paged_torch(q, k_cache, v_cache, block_table, seq_lens, scale=scale, split_size=split_size)
+
+
+def register_builtin_attention() -> None:
+    """Register reference, stock and mutant implementations of both attention families."""
+    from .registration import register_all
+
+    register_all()
