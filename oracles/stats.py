@@ -20,7 +20,9 @@ def wilson_interval(failures: int, trials: int, z: float = 1.959963984540054) ->
     denom = 1.0 + z2 / trials
     centre = (p + z2 / (2 * trials)) / denom
     half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    lo = 0.0 if failures == 0 else max(0.0, centre - half)
+    hi = 1.0 if failures == trials else min(1.0, centre + half)
+    return (lo, hi)
 
 
 def failure_summary(failures: int, trials: int) -> dict:

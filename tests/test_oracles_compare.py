@@ -1,0 +1,127 @@
+"""Comparisons, contracts, verdicts, Wilson intervals, sweeps and equivalence classes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from pytest_invariance.oracles import verdict as V
+from pytest_invariance.oracles.classes import equivalence_classes, format_classes
+from pytest_invariance.oracles.compare import compare, parse_contract
+from pytest_invariance.oracles.stats import wilson_interval
+from pytest_invariance.oracles.sweeps import batch_sweep, probe_positions
+
+
+def test_compare_reports_first_index_counts_and_ulps() -> None:
+    a = torch.zeros(3, 4)
+    b = a.clone()
+    b[1, 2] = torch.nextafter(torch.tensor(0.0), torch.tensor(1.0))
+    b[2, 3] = 1.0
+    c = compare(a, b)
+    assert not c.equal and not c.bitwise_equal
+    assert c.first_index == (1, 2)
+    assert c.n_diff == 2 and c.numel == 12 and c.frac_diff == pytest.approx(2 / 12)
+    assert c.max_ulp == float(0x3F800000)
+    assert c.max_abs == 1.0
+    assert c.contract == "bitwise"
+
+
+def test_signed_zero_is_a_bitwise_difference_but_zero_ulp() -> None:
+    c = compare(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not c.equal and c.max_ulp == 0.0
+
+
+def test_ulp_contract_is_declared_and_applied() -> None:
+    a = torch.tensor([1.0])
+    b = torch.nextafter(a, torch.tensor([2.0]))
+    assert compare(a, b, "ulp<=1").equal
+    assert not compare(a, b, "ulp<=0").equal
+    assert compare(a, b, "ulp<=1").contract == "ulp<=1"
+    assert not compare(a, b, "ulp<=1").bitwise_equal
+
+
+def test_tolerance_contract_round_trips() -> None:
+    c = parse_contract("tolerance(atol=1e-3, rtol=0)")
+    assert str(c) == "tolerance(atol=0.001, rtol=0)"
+    assert parse_contract(str(c)) == c
+    assert compare(torch.tensor([1.0]), torch.tensor([1.0005]), c).equal
+
+
+@pytest.mark.parametrize("bad", ["exact", "ulp<=x", "tolerance(1,2)", ""])
+def test_unknown_contract_is_a_clear_error(bad: str) -> None:
+    with pytest.raises(ValueError, match="unknown contract"):
+        parse_contract(bad)
+
+
+def test_shape_and_dtype_mismatch_are_errors() -> None:
+    with pytest.raises(ValueError, match="shape mismatch"):
+        compare(torch.zeros(2), torch.zeros(3))
+    with pytest.raises(TypeError, match="dtype mismatch"):
+        compare(torch.zeros(2), torch.zeros(2, dtype=torch.float16))
+
+
+@pytest.mark.parametrize(
+    "diverged, control, kw, expected",
+    [
+        (True, True, {}, V.DIVERGENT),
+        (True, None, {}, V.DIVERGENT),
+        (False, True, {}, V.INVARIANT),
+        (False, False, {}, V.VACUOUS),
+        (False, None, {}, V.VACUOUS),
+        (None, True, {}, V.INCOMPLETE),
+        (False, True, {"error": True}, V.INCOMPLETE),
+        (False, True, {"unsupported": True}, V.UNSUPPORTED),
+    ],
+)
+def test_decide(diverged, control, kw, expected) -> None:
+    assert V.decide(diverged, control, **kw) == expected
+
+
+def test_worst_verdict_prefers_divergence() -> None:
+    assert V.worst([V.INVARIANT, V.VACUOUS, V.DIVERGENT]) == V.DIVERGENT
+    assert V.worst([V.INVARIANT, V.VACUOUS]) == V.VACUOUS
+
+
+@given(st.integers(1, 10_000), st.data())
+def test_wilson_interval_contains_the_rate(trials: int, data) -> None:
+    failures = data.draw(st.integers(0, trials))
+    lo, hi = wilson_interval(failures, trials)
+    assert 0.0 <= lo <= failures / trials <= hi <= 1.0
+
+
+def test_wilson_known_value() -> None:
+    lo, hi = wilson_interval(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
+
+
+def test_quick_sweep_visits_switch_points_and_neighbours() -> None:
+    s = batch_sweep("quick")
+    for n in (1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65):
+        assert n in s
+    assert max(s) == 65
+
+
+def test_full_sweep_reaches_2048_and_its_neighbours() -> None:
+    s = batch_sweep("full")
+    for n in (127, 128, 129, 255, 256, 257, 2047, 2048, 2049):
+        assert n in s
+    assert s == sorted(set(s))
+
+
+def test_sweep_limit_and_unknown_profile() -> None:
+    assert max(batch_sweep("full", limit=100)) <= 100
+    with pytest.raises(ValueError, match="unknown profile"):
+        batch_sweep("medium")
+
+
+@pytest.mark.parametrize("n, expected", [(1, [0]), (2, [0, 1]), (5, [0, 1, 2, 3, 4]), (64, [0, 1, 32, 62, 63])])
+def test_probe_positions(n: int, expected: list[int]) -> None:
+    assert probe_positions(n) == expected
+
+
+def test_equivalence_classes_and_their_format() -> None:
+    outs = {1: "a", 2: "b", 3: "b", 4: "b", 8: "c", 16: "c", 32: "b"}
+    classes = equivalence_classes(outs)
+    assert classes == [[1], [2, 3, 4, 32], [8, 16]]
+    assert format_classes(classes) == "{1} {2..4,32} {8..16}"
