@@ -2,13 +2,16 @@
 
 With few rows there are too few programs to fill the GPU, so real kernels cut
 each row's sum of squares into pieces reduced in parallel and added afterwards
-(a two-stage or atomic-add reduction). The pieces round differently from one
-pass over the row, so a row's output depends on how many rows share the batch.
+(a two-stage reduction whose first stage writes its partials to a buffer of
+the activation dtype). The pieces round differently from one pass over the row, so a row's output depends on how many rows share the batch.
 This mutant reproduces that switch in plain torch (CPU or CUDA) and is the
 positive control of the ``rmsnorm`` suites: it must come out ``divergent``.
 """
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
 
 import torch
 
@@ -43,16 +46,39 @@ def split_sum(v: torch.Tensor, splits: int, partial_dtype: torch.dtype | None = 
     return acc
 
 
-def split_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
-    """``x[M, H]`` normalised with a sum of squares split by ``split_count(M, H)``; fp32 inside."""
+def split_rmsnorm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float | None = None, *, splits: int | None = None
+) -> torch.Tensor:
+    """``x[M, H]`` normalised with a sum of squares split by ``split_count(M, H)``.
+
+    fp32 arithmetic; the partials pass through x's dtype between the stages.
+
+    ``splits`` overrides the heuristic (see ``per_call_splits``).
+    """
     if x.dim() != 2:
         raise ValueError(f"expected x[M, H], got {tuple(x.shape)}")
     m, n = x.shape
     eps = torch.finfo(x.dtype).eps if eps is None else float(eps)
     xf = x.float()
-    ss = split_sum(xf * xf, split_count(m, n))
+    ss = split_sum(xf * xf, splits or split_count(m, n), x.dtype)
     y = xf * torch.rsqrt(ss / n + eps)[:, None] * weight.float()
     return y.to(x.dtype)
+
+
+def per_call_splits(fn: Callable[..., torch.Tensor], cycle: tuple[int, ...] = (1, 2, 3, 4)) -> Callable:
+    """``fn`` with its split count taken from a call counter instead of the batch.
+
+    A stand-in for reductions whose order changes from run to run (atomics
+    landing in arrival order): the positive control of ``run-to-run`` checks,
+    where a batch-dependent mutant would stay silent.
+    """
+    counter = itertools.cycle(cycle)
+
+    def varying(*args: object) -> torch.Tensor:
+        return fn(*args, splits=next(counter))
+
+    varying.__name__ = f"{getattr(fn, '__name__', 'fn')}_per_call"
+    return varying
 
 
 def register_rmsnorm_split() -> None:

@@ -1,0 +1,87 @@
+"""Shared plumbing of the row-op suites (``test_rmsnorm``, ``test_softmax``): inputs, params.
+
+No comparison logic lives here: the ``invariance`` fixture runs the oracles.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import pytest
+
+DTYPES = ("bfloat16", "float16", "float32")
+QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
+ORACLES = ("batch-size", "batch-position", "run-to-run")
+CPU_BATCH_LIMIT = 33  # CI is a 2-core CPU: stop the quick sweep at 33 rows
+INTERPRET_WIDTH = 96  # Triton interpreter: tiny rows only
+INTERPRET_LIMIT = 9
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def device_params(fam: str, make_shapes) -> list:
+    """pytest params (device, kernel name, dtype, shape, oracle) over the registry; CUDA ones marked gpu."""
+    from pytest_invariance.reference_kernels import register_builtin_rowops
+    from pytest_invariance.reference_kernels.registry import kernels
+
+    register_builtin_rowops()
+    out = []
+    for device in ("cpu", "cuda"):
+        marks = [pytest.mark.gpu] if device == "cuda" else []
+        for k in kernels(fam, device):
+            for shape in make_shapes(device, k.name):
+                for dtype in DTYPES:
+                    for oracle in ORACLES:
+                        out.append(
+                            pytest.param(
+                                device,
+                                k.name,
+                                dtype,
+                                shape,
+                                oracle,
+                                marks=[*marks, pytest.mark.quant(QUANT[dtype])],
+                                id=f"{device}-{k.name}-{shape['label']}-{QUANT[dtype]}-{oracle}",
+                            )
+                        )
+    return out
+
+
+def batch_limit(device: str, name: str, profile: str) -> int | None:
+    """Rows swept: 33 on CPU, 9 under the interpreter, the profile's sweep (to 2049 in ``full``) on CUDA."""
+    if device == "cpu":
+        return INTERPRET_LIMIT if name.endswith("triton") else CPU_BATCH_LIMIT
+    return None
+
+
+@lru_cache(maxsize=4)
+def _pool(rows: int, width: int, seed: int, dtype_name: str, device: str, decades: float):
+    import torch
+    from pytest_invariance.oracles.inputs import rows_pool
+
+    return rows_pool(rows, (width,), seed, getattr(torch, dtype_name), device, decades=decades)
+
+
+def pool_inputs(rows: int, width: int, dtype_name: str, device: str, decades: float = 4.0):
+    """``seed -> rows`` of order-sensitive values, cached so the control sees the same tensors cheaply."""
+    return lambda seed: _pool(rows, width, seed, dtype_name, device, decades)
+
+
+def expect_for(role: str, expect: str, oracle: str) -> str:
+    """What a check demands: the registry's expectation, except that a batch mutant is only
+    measured run-to-run (it varies with the batch, not with the run)."""
+    if role == "mutant" and oracle == "run-to-run":
+        return "measure"
+    return expect
+
+
+def run_oracle(invariance, oracle: str, fn, inputs, control, control_name: str, **kw) -> dict:
+    """Dispatch to the fixture's oracle method by record name."""
+    method = {
+        "batch-size": invariance.batch,
+        "batch-position": invariance.position,
+        "run-to-run": invariance.run_to_run,
+    }[oracle]
+    return method(fn, inputs, control=control, control_name=control_name, **kw)

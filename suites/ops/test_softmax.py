@@ -1,0 +1,100 @@
+"""Log-softmax and mean over the last dim (family ``softmax``): batch-invariant or not?
+
+Log-softmax turns logits into the logprobs an engine reports; a mean over the
+hidden dim is how many model codebases write RMSNorm (``x.pow(2).mean(-1)``).
+Every implementation in the registry, log-softmax kernels under family
+``softmax`` (``fn(x[M, V]) -> log_softmax(x, -1)``) and mean kernels under
+``mean`` (``fn(x[M, V]) -> x.mean(-1)``), x bf16/fp16/fp32 x vocab or hidden
+sizes x oracles batch-size, batch-position, run-to-run. Records carry family
+``softmax`` with ``shape.op`` = ``log_softmax`` or ``mean``. Stock rows are
+measured, references must be ``invariant``, mutants ``divergent``; controls
+are the split-reduction mutants (per-call split count for run-to-run).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ._rowsuite import INTERPRET_WIDTH, QUANT, batch_limit, device_params, expect_for, pool_inputs, run_oracle
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.family("softmax")
+
+# log-softmax over a vocabulary: Llama-3 (128256) on GPU; Llama-2's 32000 on CPU.
+VOCAB = {"cuda": (("llama3", 128256), ("qwen2", 151936)), "cpu": (("llama2", 32000),)}
+# mean over a hidden dim (the RMSNorm statistic): Llama-3-8B and Qwen2-0.5B.
+HIDDEN = {
+    "cuda": (("llama3-8b", 4096), ("qwen2-0.5b", 896)),
+    "cpu": (("llama3-8b", 4096), ("qwen2-0.5b", 896)),
+}
+
+
+def _shapes(table):
+    def make(device: str, name: str) -> list[dict]:
+        if device == "cpu" and name.endswith("triton"):
+            return [{"label": f"N{INTERPRET_WIDTH}", "N": INTERPRET_WIDTH, "model": "tiny"}]
+        return [{"label": f"N{n}", "N": n, "model": m} for m, n in table[device]]
+
+    return make
+
+
+def _check(invariance, fam, op, device, name, dtype_name, shape, oracle, control_fn, control_name):
+    from pytest_invariance.reference_kernels.mutants.rmsnorm_split import per_call_splits
+    from pytest_invariance.reference_kernels.registry import kernels
+
+    kernel = next(k for k in kernels(fam, device) if k.name == name)
+    n = shape["N"]
+    limit = batch_limit(device, name, invariance.profile)
+    rows = max(invariance.batch_sizes(limit))
+    if oracle == "run-to-run":
+        control, control_name = per_call_splits(control_fn), f"{control_name}-per-call"
+    else:
+        control = control_fn
+    run_oracle(
+        invariance,
+        oracle,
+        kernel.fn,
+        pool_inputs(rows, n, dtype_name, device),
+        control,
+        control_name,
+        family="softmax",
+        implementation=name,
+        quantization=QUANT[dtype_name],
+        dtype=getattr(torch, dtype_name),
+        shape={"op": op, **{k: v for k, v in shape.items() if k != "label"}},
+        expect=expect_for(kernel.role, kernel.expect, oracle),
+        limit=limit,
+        extra={"op": op, "device": device},
+    )
+
+
+@pytest.mark.parametrize(
+    ("device", "name", "dtype_name", "shape", "oracle"), device_params("softmax", _shapes(VOCAB))
+)
+def test_log_softmax(invariance, device, name, dtype_name, shape, oracle):
+    from pytest_invariance.reference_kernels.mutants.rowsplit import split_log_softmax
+
+    _check(
+        invariance,
+        "softmax",
+        "log_softmax",
+        device,
+        name,
+        dtype_name,
+        shape,
+        oracle,
+        split_log_softmax,
+        "mutant:logsoftmax-split",
+    )
+
+
+@pytest.mark.parametrize(
+    ("device", "name", "dtype_name", "shape", "oracle"), device_params("mean", _shapes(HIDDEN))
+)
+def test_mean(invariance, device, name, dtype_name, shape, oracle):
+    from pytest_invariance.reference_kernels.mutants.rowsplit import split_mean
+
+    _check(
+        invariance, "mean", "mean", device, name, dtype_name, shape, oracle, split_mean, "mutant:mean-split"
+    )
