@@ -113,7 +113,10 @@ def _cmd_serve(argv: list[str]) -> int:
         raise UsageError(
             f"the bundled engine server needs {e.name or e}; install it with: pip install 'pytest-invariance[engine]'"
         ) from None
-    rc = serve_main(argv)
+    try:
+        rc = serve_main(argv)
+    except SystemExit as e:  # the server's own --help
+        rc = e.code if isinstance(e.code, int) else EXIT_USAGE
     return int(rc or 0)
 
 
@@ -124,7 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # serve's options belong to the engine; hand them over untouched.
         if argv and argv[0] == "serve":
             return _cmd_serve(argv[1:])
-        args = _build_parser().parse_args(argv)
+        try:
+            args = _build_parser().parse_args(argv)
+        except SystemExit as e:  # --help, --version, or a usage error already printed
+            return e.code if isinstance(e.code, int) else EXIT_USAGE
         if args.command == "matrix":
             return _cmd_matrix(args)
         return _cmd_compare(args)
