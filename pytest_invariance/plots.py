@@ -18,12 +18,12 @@ RED = "#d62728"
 GREEN = "#2ca02c"
 GREY = "#999999"
 
-_LABEL_W = 300
+_LABEL_W = 430
 _PLOT_W = 520
 _ROW_H = 22
 _TOP = 34
 _BOTTOM = 40
-_MAX_LABEL = 46
+_MAX_LABEL = 70
 
 
 def _f(x: float) -> str:
@@ -136,7 +136,7 @@ def histogram(bars: Sequence[tuple[str, int]], title: str, xlabel: str, colour: 
         body.append(
             f'<text x="{_f(x + bar_w / 2)}" y="{_f(top + plot_h + 14)}" text-anchor="middle">{escape(name)}</text>'
         )
-    width = max(left + len(bars) * (bar_w + gap) + 20, 260)
+    width = max(left + len(bars) * (bar_w + gap) + 20, 260, 8 + 7.5 * len(title))
     body.append(
         f'<line x1="{left - 2}" y1="{top + plot_h}" x2="{_f(width - 10)}" y2="{top + plot_h}" stroke="#333"/>'
     )
