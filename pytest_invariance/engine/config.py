@@ -1,0 +1,140 @@
+"""Engine and model configuration.
+
+Every knob that can change a request's numerics lives here, so `LLMEngine.info()` can report all of
+them and a recorded run can be reproduced from its `server_info`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# Byte-level vocabulary: 256 byte values plus these specials.
+BOS_ID = 256
+EOS_ID = 257
+PAD_ID = 258
+BYTE_VOCAB_SIZE = 259
+
+
+@dataclass
+class ModelConfig:
+    """Shape of a Llama-style decoder (RMSNorm, RoPE, GQA, SwiGLU, optional MoE MLPs).
+
+    The default is the CPU demo model: hidden 1024 in bf16 is large enough that stock oneDNN GEMMs
+    change their reduction blocking with the token count (measured: K=2816 down projection differs
+    from M>=33 on), small enough that 32 concurrent requests x 32 tokens run in seconds on 2 cores.
+    """
+
+    name: str = "bundled-demo"
+    vocab_size: int = BYTE_VOCAB_SIZE
+    hidden: int = 1024
+    layers: int = 2
+    heads: int = 16
+    kv_heads: int = 4
+    head_dim: int = 64
+    intermediate: int = 2816
+    rope_theta: float = 10000.0
+    max_position: int = 2048
+    rms_eps: float = 1e-5
+    dtype: str = "bfloat16"
+    n_experts: int = 0
+    top_k: int = 2
+    moe_intermediate: int = 0  # 0: same as `intermediate`
+    moe_every: int = 1  # every n-th layer is MoE when n_experts > 0
+    tie_embeddings: bool = False
+    attention_bias: bool = False  # Qwen2-style q/k/v bias
+    seed: int = 0
+    weight_scale: float = 1.0  # multiplies the synthetic init std (1/sqrt(fan_in))
+    bos_token_id: int | None = BOS_ID
+    eos_token_id: int | None = EOS_ID
+
+    def __post_init__(self) -> None:
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError("head_dim must be even for RoPE")
+        if self.n_experts and not 1 <= self.top_k <= self.n_experts:
+            raise ValueError(f"top_k must be in [1, n_experts], got {self.top_k}")
+
+    @property
+    def expert_intermediate(self) -> int:
+        return self.moe_intermediate or self.intermediate
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.n_experts > 0 and layer % self.moe_every == self.moe_every - 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_hf_dir(cls, path: str | os.PathLike) -> ModelConfig:
+        """Read a Hugging Face `config.json` (Llama / Qwen2 / Mixtral / Qwen2-MoE field names)."""
+        cfg = json.loads((Path(path) / "config.json").read_text())
+        heads = int(cfg["num_attention_heads"])
+        hidden = int(cfg["hidden_size"])
+        arch = " ".join(cfg.get("architectures") or [])
+        n_experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+        eos = cfg.get("eos_token_id")
+        if isinstance(eos, list):
+            eos = eos[0] if eos else None
+        dtype = str(cfg.get("torch_dtype") or "bfloat16").replace("torch.", "")
+        return cls(
+            name=Path(path).resolve().name,
+            vocab_size=int(cfg["vocab_size"]),
+            hidden=hidden,
+            layers=int(cfg["num_hidden_layers"]),
+            heads=heads,
+            kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            intermediate=int(cfg["intermediate_size"]),
+            rope_theta=float(cfg.get("rope_theta", 10000.0)),
+            max_position=int(cfg.get("max_position_embeddings", 2048)),
+            rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            dtype=dtype if dtype in ("bfloat16", "float16", "float32") else "bfloat16",
+            n_experts=n_experts,
+            top_k=int(cfg.get("num_experts_per_tok") or 2) if n_experts else 2,
+            moe_intermediate=int(cfg.get("moe_intermediate_size") or 0),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            attention_bias=bool(cfg.get("attention_bias", "Qwen2" in arch)),
+            bos_token_id=cfg.get("bos_token_id"),
+            eos_token_id=eos,
+        )
+
+
+@dataclass
+class EngineConfig:
+    """Engine knobs. The ones marked *control* break invariance on purpose in default mode."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    model_path: str | None = None  # local Hugging Face dir (config.json + *.safetensors)
+    tokenizer_path: str | None = None  # dir or tokenizer.json; default: model_path, else bytes
+    device: str = "cpu"
+    batch_invariant: bool = False
+    max_num_seqs: int = 64  # control: max running batch
+    max_num_batched_tokens: int = 512  # token budget of one step (prefill chunks are cut by it)
+    chunk_size: int = 256  # control: longest prefill chunk of one sequence in one step
+    block_size: int = 16
+    num_blocks: int = 0  # 0: enough for max_num_seqs full-length sequences, capped by memory
+    enable_prefix_cache: bool = False  # control
+    split_kv: str = "auto"  # decode attention: "auto" (count from batch and cores), "none", or "fixed"
+    split_kv_size: int = 256  # tokens per split when split_kv="fixed" (invariant policy)
+    cuda_graph_buckets: tuple[int, ...] = ()  # control (GPU): pad decode batches up to these sizes
+    shared_rng: bool = False  # control: one engine-wide torch generator for sampling
+    num_threads: int = 0  # torch intra-op threads on CPU; 0 leaves torch's default
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, dict):
+            self.model = ModelConfig(**self.model)
+        if self.split_kv not in ("auto", "none", "fixed"):
+            raise ValueError(f"split_kv must be auto, none or fixed, got {self.split_kv!r}")
+        if self.block_size < 1 or self.chunk_size < 1 or self.max_num_seqs < 1:
+            raise ValueError("block_size, chunk_size and max_num_seqs must be >= 1")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs (one decode token each)")
+        self.cuda_graph_buckets = tuple(sorted(int(b) for b in self.cuda_graph_buckets))
+
+    @property
+    def mode(self) -> str:
+        return "invariant" if self.batch_invariant else "default"

@@ -1,0 +1,299 @@
+"""The one place where the engine picks its kernels: stock torch or `reference_kernels`, per mode.
+
+Default mode is what a throughput-minded engine does: stock GEMMs (oneDNN / cuBLAS) over the whole
+step's token batch, grouped MoE GEMMs, SDPA prefill, and split-KV decode whose split count follows
+the batch size and the core / SM count. Invariant mode routes every reduction to
+`pytest_invariance.reference_kernels`. A reference kernel that is not importable yet is *not*
+replaced silently: the fallback is named in `Kernels.routes`, which `LLMEngine.info()` reports.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .config import EngineConfig
+
+_NEG = -1e30  # finite mask value: exp(_NEG - m) is exactly 0 and never produces NaN
+
+
+@dataclass
+class AttnBatch:
+    """Per-step attention metadata, flat over the step's tokens (sequences in batch order)."""
+
+    q_starts: list[int]  # first row of each sequence in the step's flat token batch
+    q_lens: list[int]  # new tokens of each sequence in this step
+    ctx_lens: list[int]  # tokens in the cache after this step (prefix + new)
+    block_tables: list[list[int]]
+    slot_mapping: torch.Tensor  # [T] cache slot of every new token
+    decode_idx: list[int] = field(default_factory=list)  # sequences with q_len == 1 and a prefix
+    block_table_tensor: torch.Tensor | None = None  # [len(decode_idx), max_blocks], padded with 0
+    decode_ctx: torch.Tensor | None = None  # [len(decode_idx)]
+
+
+def parallel_units(device: torch.device) -> int:
+    """Work units a split-KV heuristic tries to fill: SMs on CUDA, intra-op threads x 4 on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, torch.get_num_threads()) * 4
+
+
+def auto_num_splits(batch: int, kv_heads: int, max_ctx: int, units: int, min_split: int = 32) -> int:
+    """Flash-decoding style split count: enough (batch x kv_head x split) programs to fill `units`."""
+    by_occupancy = math.ceil(units / max(1, batch * kv_heads))
+    return max(1, min(by_occupancy, max_ctx // min_split, 16))
+
+
+# --- stock implementations -------------------------------------------------------------------------
+
+
+def stock_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    return F.linear(x, w, b)
+
+
+def stock_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * w.float()).to(x.dtype)
+
+
+def stock_log_softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(x.float(), dim=-1)
+
+
+def stock_route(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    probs = torch.softmax(logits.float(), dim=-1)
+    w, ids = torch.topk(probs, top_k, dim=-1)
+    return w / w.sum(-1, keepdim=True), ids
+
+
+def stock_experts(
+    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
+) -> torch.Tensor:
+    """Grouped experts: each expert's GEMM runs over however many tokens chose it in this step."""
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
+    inter = w_down.shape[-1]
+    for e in torch.unique(ids).tolist():
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        gu = F.linear(x[tok], w_gate_up[e])
+        act = F.silu(gu[:, :inter]) * gu[:, inter:]
+        y = F.linear(act, w_down[e]).float()
+        out.index_add_(0, tok, y * weights[tok, slot].float()[:, None])
+    return out.to(x.dtype)
+
+
+def write_kv_stock(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor
+) -> None:
+    """Scatter the step's new K/V ([T, kvH, d]) into the paged cache ([blocks, block, kvH, d])."""
+    k_cache.view(-1, *k_cache.shape[2:])[slots] = k
+    v_cache.view(-1, *v_cache.shape[2:])[slots] = v
+
+
+def _gather(cache: torch.Tensor, table: list[int], n: int) -> torch.Tensor:
+    """The first n cached positions of one sequence: [n, kvH, d]."""
+    idx = torch.tensor(table, dtype=torch.long, device=cache.device)
+    return cache[idx].reshape(-1, *cache.shape[2:])[:n]
+
+
+def prefill_sdpa(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, m: AttnBatch, i: int, scale: float
+) -> torch.Tensor:
+    """One sequence's new queries against its whole cached context with SDPA (causal by position)."""
+    n, ctx = m.q_lens[i], m.ctx_lens[i]
+    qi = q[m.q_starts[i] : m.q_starts[i] + n]  # [n, H, d]
+    k = _gather(k_cache, m.block_tables[i], ctx)
+    v = _gather(v_cache, m.block_tables[i], ctx)
+    groups = qi.shape[1] // k.shape[1]
+    k = k.repeat_interleave(groups, dim=1)
+    v = v.repeat_interleave(groups, dim=1)
+    if n == ctx:
+        o = F.scaled_dot_product_attention(
+            qi.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, scale=scale
+        )
+    else:
+        pos_q = torch.arange(ctx - n, ctx, device=q.device)[:, None]
+        mask = torch.arange(ctx, device=q.device)[None, :] <= pos_q
+        o = F.scaled_dot_product_attention(
+            qi.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale
+        )
+    return o.transpose(0, 1)
+
+
+def decode_split_kv(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    tables: torch.Tensor,
+    ctx: torch.Tensor,
+    num_splits: int,
+    scale: float,
+) -> torch.Tensor:
+    """Batched flash-decoding: q [B, H, d] over padded paged K/V cut into `num_splits` partial softmaxes."""
+    b, h, d = q.shape
+    k = k_cache[tables].reshape(b, -1, *k_cache.shape[2:])  # [B, S, kvH, d]
+    v = v_cache[tables].reshape(b, -1, *v_cache.shape[2:])
+    s_len, kvh = k.shape[1], k.shape[2]
+    g = h // kvh
+    qf = q.float().view(b, kvh, g, d)
+    scores = torch.einsum("bhgd,bshd->bhgs", qf, k.float()) * scale
+    valid = torch.arange(s_len, device=q.device)[None, :] < ctx[:, None]
+    scores = scores.masked_fill(~valid[:, None, None, :], _NEG)
+    split = math.ceil(s_len / num_splits)
+    outs, maxes, sums = [], [], []
+    for s0 in range(0, s_len, split):
+        sc = scores[..., s0 : s0 + split]
+        mx = sc.amax(-1, keepdim=True)
+        p = torch.exp(sc - mx)
+        sums.append(p.sum(-1, keepdim=True))
+        outs.append(torch.einsum("bhgs,bshd->bhgd", p, v[:, s0 : s0 + split].float()))
+        maxes.append(mx)
+    m_all = torch.stack(maxes).amax(0)
+    num = sum(o * torch.exp(mx - m_all) for o, mx in zip(outs, maxes, strict=True))
+    den = sum(sm * torch.exp(mx - m_all) for sm, mx in zip(sums, maxes, strict=True))
+    return (num / den).view(b, h, d).to(q.dtype)
+
+
+# --- the per-mode kernel set -----------------------------------------------------------------------
+
+
+def _try(fn: Callable[[], Callable], fallback: Callable, label: str, routes: dict, key: str) -> Callable:
+    """Resolve a reference kernel; on ImportError / AttributeError use `fallback` and say so."""
+    try:
+        f = fn()
+    except (ImportError, AttributeError) as e:
+        routes[key] = f"stock FALLBACK (reference not available: {type(e).__name__}: {e})"
+        return fallback
+    routes[key] = label
+    return f
+
+
+class Kernels:
+    """Kernel set of one engine. `routes` names what runs for each family (reported by `info()`)."""
+
+    def __init__(self, cfg: EngineConfig, device: torch.device, kv_heads: int):
+        self.cfg = cfg
+        self.device = device
+        self.kv_heads = kv_heads
+        self.invariant = cfg.batch_invariant
+        self.units = parallel_units(device)
+        self.routes: dict[str, str] = {}
+        if not self.invariant:
+            self.linear = stock_linear
+            self.rms_norm = stock_rms_norm
+            self.log_softmax = stock_log_softmax
+            self.route = stock_route
+            self.experts = stock_experts
+            self.write_kv = write_kv_stock
+            gemm = "cuBLAS" if device.type == "cuda" else "oneDNN/MKL"
+            self.routes = {
+                "matmul": f"torch F.linear ({gemm}) over the step's token batch",
+                "rmsnorm": "torch eager",
+                "softmax": "torch log_softmax",
+                "attention-prefill": "torch SDPA per sequence, chunks cut by the step's token budget",
+                "attention-decode": f"split-KV, split count from batch and {self.units} parallel units"
+                if cfg.split_kv == "auto"
+                else f"split-KV policy {cfg.split_kv}",
+                "moe-router": "torch softmax + topk",
+                "moe-experts": "torch grouped GEMM per expert over the step's tokens",
+            }
+            self._ref_attn = None
+            return
+        self._resolve_reference()
+
+    def _resolve_reference(self) -> None:
+        from .. import reference_kernels as rk  # noqa: F401  (package must exist)
+
+        r = self.routes
+
+        def lin():
+            from ..reference_kernels.matmul import linear
+
+            return lambda x, w, b=None: linear(x, w, b)
+
+        def rms():
+            from ..reference_kernels.rowops import rms_norm
+
+            return lambda x, w, eps: rms_norm(x, w, eps)
+
+        def lsm():
+            from ..reference_kernels.rowops import log_softmax
+
+            return lambda x: log_softmax(x.float(), -1)
+
+        def route():
+            from ..reference_kernels.moe import route as _route
+
+            return lambda logits, k: _route(logits.float(), k)
+
+        def experts():
+            from ..reference_kernels.moe import fused_experts
+
+            return fused_experts
+
+        self.linear = _try(lin, stock_linear, "reference_kernels.matmul.linear", r, "matmul")
+        self.rms_norm = _try(rms, stock_rms_norm, "reference_kernels.rowops.rms_norm", r, "rmsnorm")
+        self.log_softmax = _try(lsm, stock_log_softmax, "reference_kernels.rowops.log_softmax", r, "softmax")
+        self.route = _try(route, stock_route, "reference_kernels.moe.route", r, "moe-router")
+        self.experts = _try(experts, stock_experts, "reference_kernels.moe.fused_experts", r, "moe-experts")
+        self._ref_attn = None
+        try:
+            from ..reference_kernels import attention as ra
+
+            self._ref_attn = (ra.write_kv, ra.prefill_varlen, ra.decode_paged)
+            self.write_kv = ra.write_kv
+            r["attention-prefill"] = "reference_kernels.attention.prefill_varlen"
+            r["attention-decode"] = "reference_kernels.attention.decode_paged"
+        except (ImportError, AttributeError) as e:
+            self.write_kv = write_kv_stock
+            why = f"reference not available: {type(e).__name__}: {e}"
+            r["attention-prefill"] = f"stock FALLBACK: SDPA per sequence ({why})"
+            r["attention-decode"] = f"stock FALLBACK: unsplit decode per sequence ({why})"
+
+    @property
+    def unrouted(self) -> list[str]:
+        """Families that run stock code in invariant mode (empty when fully routed or in default mode)."""
+        return sorted(k for k, v in self.routes.items() if "FALLBACK" in v)
+
+    def attention(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, m: AttnBatch, scale: float
+    ) -> torch.Tensor:
+        """Attention of every new token (q [T, H, d]) over its sequence's cached context."""
+        if self._ref_attn is not None:
+            return self._attention_reference(q, k_cache, v_cache, m, scale)
+        out = torch.empty_like(q)
+        decode = set(m.decode_idx) if not self.invariant else set()
+        for i in range(len(m.q_lens)):
+            if i in decode:
+                continue
+            s = m.q_starts[i]
+            out[s : s + m.q_lens[i]] = prefill_sdpa(q, k_cache, v_cache, m, i, scale)
+        if decode:
+            rows = torch.tensor([m.q_starts[i] for i in m.decode_idx], device=q.device)
+            max_ctx = max(m.ctx_lens[i] for i in m.decode_idx)
+            if self.cfg.split_kv == "auto":
+                splits = auto_num_splits(len(m.decode_idx), self.kv_heads, max_ctx, self.units)
+            elif self.cfg.split_kv == "fixed":
+                splits = max(1, math.ceil(max_ctx / self.cfg.split_kv_size))
+            else:
+                splits = 1
+            out[rows] = decode_split_kv(
+                q[rows], k_cache, v_cache, m.block_table_tensor, m.decode_ctx, splits, scale
+            )
+        return out
+
+    def _attention_reference(self, q, k_cache, v_cache, m: AttnBatch, scale: float) -> torch.Tensor:
+        raise NotImplementedError("reference attention adapter: wired once reference_kernels.attention lands")
+
+
+def configure_threads(cfg: EngineConfig) -> None:
+    """Pin CPU intra-op threads when asked (the split-KV heuristic reads the thread count)."""
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    elif os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

@@ -1,0 +1,123 @@
+"""Turns one scheduled step into flat tensors, runs the model once, returns logits per request.
+
+All of a step's tokens (prefill chunks and decodes) go through the model in one forward, so the
+GEMMs see the step's whole token count. With `cuda_graph_buckets` set, the token batch of an
+all-decode step is padded up to the next bucket, as CUDA-graph replay does (a control knob).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import EngineConfig
+from .kernels import AttnBatch, Kernels
+from .model import Model
+from .scheduler import Scheduled
+from .weights import torch_dtype
+
+
+@dataclass
+class StepLogits:
+    """Logits of the sampled rows, and of the prompt-logprob rows of each item that asked."""
+
+    sample_logits: torch.Tensor  # [num sampled items, V] fp32, in item order
+    sample_items: list[int]  # item index of each row above
+    prompt_logits: dict[int, torch.Tensor]  # item index -> [rows, V] fp32 for positions start..
+    num_tokens: int  # tokens through the model (padding included)
+
+
+class ModelRunner:
+    def __init__(self, cfg: EngineConfig, model: Model, kernels: Kernels, num_blocks: int):
+        self.cfg = cfg
+        self.model = model
+        self.kern = kernels
+        m = model.cfg
+        dtype = torch_dtype(m.dtype)
+        # One spare block at the end takes the K/V writes of padding rows.
+        shape = (num_blocks + 1, cfg.block_size, m.kv_heads, m.head_dim)
+        self.kv = [
+            (
+                torch.zeros(shape, dtype=dtype, device=model.device),
+                torch.zeros(shape, dtype=dtype, device=model.device),
+            )
+            for _ in range(m.layers)
+        ]
+        self.scratch_slot = num_blocks * cfg.block_size
+
+    def _pad_to(self, items: list[Scheduled], t: int) -> int:
+        if not self.cfg.cuda_graph_buckets or not all(it.is_decode for it in items):
+            return t
+        for b in self.cfg.cuda_graph_buckets:
+            if b >= t:
+                return b
+        return t
+
+    @torch.inference_mode()
+    def run(self, items: list[Scheduled]) -> StepLogits:
+        bs = self.cfg.block_size
+        dev = self.model.device
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        meta = AttnBatch([], [], [], [], torch.empty(0))
+        for i, it in enumerate(items):
+            seq = it.seq
+            meta.q_starts.append(len(ids))
+            meta.q_lens.append(it.n)
+            meta.ctx_lens.append(it.start + it.n)
+            meta.block_tables.append(seq.block_table)
+            if it.n == 1 and it.start > 0:
+                meta.decode_idx.append(i)
+            for p in range(it.start, it.start + it.n):
+                ids.append(seq.token_ids[p])
+                pos.append(p)
+                slots.append(seq.block_table[p // bs] * bs + p % bs)
+        real = len(ids)
+        padded = self._pad_to(items, real)
+        ids += [0] * (padded - real)
+        pos += [0] * (padded - real)
+        slots += [self.scratch_slot] * (padded - real)
+        meta.slot_mapping = torch.tensor(slots, dtype=torch.long, device=dev)
+        if meta.decode_idx:
+            width = max(len(meta.block_tables[i]) for i in meta.decode_idx)
+            table = [
+                meta.block_tables[i] + [0] * (width - len(meta.block_tables[i])) for i in meta.decode_idx
+            ]
+            meta.block_table_tensor = torch.tensor(table, dtype=torch.long, device=dev)
+            meta.decode_ctx = torch.tensor([meta.ctx_lens[i] for i in meta.decode_idx], device=dev)
+        hidden = self.model.forward(
+            self.kern,
+            torch.tensor(ids, dtype=torch.long, device=dev),
+            torch.tensor(pos, dtype=torch.long, device=dev),
+            meta,
+            self.kv,
+        )
+        rows: list[int] = []
+        sample_items: list[int] = []
+        prompt_rows: dict[int, tuple[int, int]] = {}
+        for i, it in enumerate(items):
+            if it.sample:
+                sample_items.append(i)
+            seq = it.seq
+            if (
+                seq.prompt_logprobs is not None
+                and not seq.prompt_logprobs_sent
+                and it.start < seq.num_prompt - 1
+            ):
+                end = min(it.start + it.n, seq.num_prompt - 1)  # row p scores prompt token p + 1
+                first = max(it.start, len(seq.prompt_logprobs) - 1)  # skip rows recomputed after preemption
+                if end > first:
+                    prompt_rows[i] = (len(rows), end - first)
+                    base = meta.q_starts[i] - it.start
+                    rows.extend(range(base + first, base + end))
+        sample_start = len(rows)
+        rows.extend(meta.q_starts[i] + items[i].n - 1 for i in sample_items)
+        logits = self.model.logits(self.kern, hidden[torch.tensor(rows, dtype=torch.long, device=dev)])
+        return StepLogits(
+            sample_logits=logits[sample_start:],
+            sample_items=sample_items,
+            prompt_logits={i: logits[a : a + n] for i, (a, n) in prompt_rows.items()},
+            num_tokens=padded,
+        )
