@@ -1,0 +1,174 @@
+"""Cost of the reference row kernels vs torch, measured in the same run (CUDA).
+
+For RMSNorm (hidden 4096), log-softmax (vocab 128256) and mean (hidden 4096)
+over 1..4096 rows and bf16/fp32: ``triton.testing.do_bench`` median of the
+reference kernel and of the stock torch op (``F.rms_norm``,
+``torch.log_softmax``, ``x.mean(-1)``), each call reading the next of a ring
+of input buffers larger than 4x the L2 cache so no call hits a warm cache.
+Bandwidth counts bytes read and written once. Each configuration also gets a
+short batch-size oracle run (reference vs the split mutant as control) so
+its record carries an honest verdict next to the cost.
+
+    python benchmarks/bench_rowops.py --out "$OUT"
+
+writes ``$OUT/bench_rowops.jsonl`` (one ``perf`` record per configuration,
+with ``cost``) and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+
+ROWS = (1, 4, 16, 64, 256, 1024, 4096)
+DTYPES = ("bfloat16", "float32")
+L2_RING_BYTES = 4 * 64 * 2**20  # > 4x the H200's 50 MB L2
+
+
+def _ring(make, bytes_per_input: int) -> list:
+    n = max(2, -(-L2_RING_BYTES // max(1, bytes_per_input)))
+    return [make(i) for i in range(min(n, 1024))]
+
+
+def _bench(fn, inputs: list) -> float:
+    from triton.testing import do_bench
+
+    it = iter(range(10**12))
+
+    def call():
+        return fn(inputs[next(it) % len(inputs)])
+
+    return float(do_bench(call, warmup=25, rep=100, return_mode="median"))
+
+
+def _verdict(fn, mutant, width: int, dtype, device: str) -> tuple[str, dict, dict]:
+    from pytest_invariance.oracles.batch import batch_size_oracle
+    from pytest_invariance.oracles.inputs import rows_pool
+    from pytest_invariance.oracles.verdict import decide
+
+    rows = rows_pool(129, (width,), 0, dtype, device)
+    sizes = [1, 2, 3, 7, 8, 9, 31, 32, 33, 64, 65, 128, 129]
+    res = batch_size_oracle(fn, rows, sizes)
+    ctl = batch_size_oracle(mutant, rows, sizes)
+    control = {"name": "mutant", "diverged": ctl.diverged, "evidence": ctl.evidence()}
+    return decide(res.diverged, ctl.diverged), res.evidence(), control
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="directory for bench_rowops.jsonl")
+    ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts")
+    args = ap.parse_args(argv)
+
+    import torch
+    import torch.nn.functional as F
+    from pytest_invariance.oracles.inputs import wide_spread
+    from pytest_invariance.reference_kernels import rowops
+    from pytest_invariance.reference_kernels.mutants.rmsnorm_split import split_rmsnorm
+    from pytest_invariance.reference_kernels.mutants.rowsplit import split_log_softmax, split_mean
+
+    from pytest_invariance import hardware
+    from pytest_invariance.records import make_record
+
+    if not torch.cuda.is_available():
+        print("bench_rowops: CUDA is required (the reference kernels are Triton on GPU)", file=sys.stderr)
+        return 2
+    dev = "cuda"
+    rows_list = [int(r) for r in args.rows.split(",")]
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "bench_rowops.jsonl")
+    run_id = uuid.uuid4().hex[:12]
+    fp = hardware.fingerprint()
+    table = []
+    with open(path, "a", encoding="utf-8") as fh:
+        for dtype_name in DTYPES:
+            dtype = getattr(torch, dtype_name)
+            esize = torch.empty((), dtype=dtype).element_size()
+            w = wide_spread((4096,), 1, dtype, decades=1.0, device=dev)
+            ops = {
+                # op: (family, width, reference, stock, mutant, bytes(m, n))
+                "rms_norm": (
+                    "rmsnorm",
+                    4096,
+                    lambda x, w=w: rowops.rms_norm(x, w, 1e-5),
+                    lambda x, w=w: F.rms_norm(x, (4096,), w, 1e-5),
+                    lambda x, w=w: split_rmsnorm(x, w, 1e-5),
+                    lambda m, n, e=esize: (2 * m * n + n) * e,
+                ),
+                "log_softmax": (
+                    "softmax",
+                    128256,
+                    rowops.log_softmax,
+                    lambda x: torch.log_softmax(x, -1),
+                    split_log_softmax,
+                    lambda m, n, e=esize: 2 * m * n * e,
+                ),
+                "mean": (
+                    "softmax",
+                    4096,
+                    rowops.mean,
+                    lambda x: x.mean(-1),
+                    split_mean,
+                    lambda m, n, e=esize: (m * n + m) * e,
+                ),
+            }
+            for op, (family, n, ref, stock, mutant, nbytes) in ops.items():
+                verdict, evidence, control = _verdict(ref, mutant, n, dtype, dev)
+                for m in rows_list:
+                    gen = torch.Generator(device=dev).manual_seed(m)
+                    ring = _ring(
+                        lambda i, m=m, n=n, g=gen, dt=dtype: (
+                            torch.randn(m, n, device=dev, generator=g) * 4
+                        ).to(dt),
+                        m * n * esize,
+                    )
+                    ref_ms = _bench(ref, ring)
+                    stock_ms = _bench(stock, ring)
+                    del ring
+                    torch.cuda.empty_cache()
+                    gbps_ref = nbytes(m, n) / ref_ms / 1e6
+                    gbps_stock = nbytes(m, n) / stock_ms / 1e6
+                    cost = {
+                        "ratio": round(stock_ms / ref_ms, 4),
+                        "implementation_ms": ref_ms,
+                        "stock_ms": stock_ms,
+                        "stock": "torch",
+                        "method": "do_bench median, inputs rotated past L2",
+                        "implementation_gbps": round(gbps_ref, 1),
+                        "stock_gbps": round(gbps_stock, 1),
+                    }
+                    quant = {"bfloat16": "bf16", "float32": "fp32-ieee"}[dtype_name]
+                    rec = make_record(
+                        run_id=run_id,
+                        fingerprint=fp,
+                        family=family,
+                        implementation="reference",
+                        oracle="perf",
+                        verdict=verdict,
+                        nodeid=f"benchmarks/bench_rowops.py::{op}[{quant}-M{m}-N{n}]",
+                        quantization=quant,
+                        dtype=dtype,
+                        shape={"op": op, "M": m, "N": n},
+                        evidence=evidence,
+                        control=control,
+                        cost=cost,
+                        extra={"op": op, "verdict_oracle": "batch-size (sizes 1..129)"},
+                    )
+                    fh.write(json.dumps(rec) + "\n")
+                    fh.flush()
+                    table.append((op, quant, m, n, ref_ms, stock_ms, gbps_ref, gbps_stock, verdict))
+    print(f"records: {path}")
+    print(
+        f"{'op':<12}{'quant':<11}{'M':>6}{'N':>8}{'ref ms':>10}{'torch ms':>10}{'ref GB/s':>10}{'torch GB/s':>11}"
+        f"{'ratio':>7}  verdict"
+    )
+    for op, quant, m, n, r, s, gr, gs, v in table:
+        print(f"{op:<12}{quant:<11}{m:>6}{n:>8}{r:>10.4f}{s:>10.4f}{gr:>10.0f}{gs:>11.0f}{s / r:>7.2f}  {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
