@@ -17,7 +17,10 @@ import asyncio
 import hmac
 import json
 import logging
+import math
+import random
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -160,8 +163,11 @@ def create_app(
 
     @app.exception_handler(Overloaded)
     async def _overloaded(_req: Request, exc: Overloaded) -> JSONResponse:
-        secs = max(1, round(exc.retry_after_s))
-        headers = {"Retry-After": str(secs), "retry-after-ms": str(int(exc.retry_after_s * 1000))}
+        # Retry-After is whole seconds; retry-after-ms (honoured by the openai client) is jittered
+        # so that a burst of rejected clients does not come back as one synchronized wave.
+        secs = max(1, math.ceil(exc.retry_after_s))
+        jittered_ms = exc.retry_after_s * 1000 * random.uniform(0.5, 1.5)
+        headers = {"Retry-After": str(secs), "retry-after-ms": str(max(1, int(jittered_ms)))}
         return _error(
             APIError(str(exc), status=503, type="server_overloaded", code="overloaded", headers=headers)
         )
@@ -279,6 +285,39 @@ def create_app(
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app
+
+
+class ServerThread:
+    """Serve an app from a background thread on a free loopback port (tests, in-process sweeps).
+
+    ``with ServerThread(app) as base_url: ...`` blocks until the server accepts connections and
+    stops it (lifespan shutdown included) on exit.
+    """
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 60.0):
+        import uvicorn
+
+        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self._timeout = startup_timeout_s
+        self._thread: threading.Thread | None = None
+        self.base_url = ""
+
+    def __enter__(self) -> str:
+        self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + self._timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server thread failed to start")
+            time.sleep(0.01)
+        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
+        self.base_url = f"http://{host}:{port}"
+        return self.base_url
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(30)
 
 
 # -------------------------------------------------------------------------------------------------
