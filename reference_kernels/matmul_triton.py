@@ -1,0 +1,253 @@
+"""Reference Triton matmul: no split-K, K accumulated in one fixed order per output tile.
+
+Why it is batch-invariant
+-------------------------
+Every output element ``C[m, n]`` is owned by exactly one program, which walks
+K from 0 upward in steps of ``BLOCK_K`` and feeds each step into one fp32
+accumulator (``acc = dot(a_k, b_k, acc)``). Nothing else ever touches that
+element, so its rounding sequence is fixed by K, ``BLOCK_K`` and the MMA
+instruction, and not by M.
+
+The tile *configuration* does depend on M, by shape class (``M <= 64``:
+decode, small tiles, many programs; otherwise a large 128x256 tile for
+throughput). That is safe because the classes share what fixes an element's
+rounding sequence:
+
+* the same ``BLOCK_K`` and the same K order, so the same chain of partial
+  dots into the accumulator;
+* the same instruction family: both classes use ``BLOCK_M >= 64`` with a
+  multiple of 4 warps, so on Hopper both lower to warpgroup MMA (wgmma,
+  k=16 per instruction, chained through the accumulator in K order); below
+  that Triton would fall back to ``mma.sync``, whose internal summation is
+  not documented to match. fp32 uses ``input_precision="ieee"``, which is an
+  FMA loop over k per element in any layout.
+
+``BLOCK_M`` and ``BLOCK_N`` only decide which program owns an element and
+which rows share a tile; rows beyond M load zeros and are never stored, and a
+zero-padded K tail adds exact zeros. The GPU suites verify the claim across
+the class edge (batch 64 vs 65) with the batch-size oracle rather than trusting
+this paragraph.
+
+Config choice may use N, K, dtype and the device's SM count (all fixed for a
+given layer on a given GPU), never the value of M inside a class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+SMALL_M = 64  # rows at or below this use the decode class
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+# BLOCK_K is the same in both classes of a dtype (see the module docstring).
+_LARGE = {
+    torch.bfloat16: TileConfig(128, 256, 64, 8, 8, 3),
+    torch.float16: TileConfig(128, 256, 64, 8, 8, 3),
+    torch.float32: TileConfig(128, 128, 32, 8, 8, 3),
+}
+_SMALL_BLOCK_K = {torch.bfloat16: 64, torch.float16: 64, torch.float32: 32}
+# Under the interpreter (CPU tests) one small config keeps numpy's per-block
+# matmul on a single shape; speed is irrelevant there.
+_INTERPRET = {
+    torch.bfloat16: TileConfig(16, 16, 16, 1, 4, 1),
+    torch.float16: TileConfig(16, 16, 16, 1, 4, 1),
+    torch.float32: TileConfig(16, 16, 16, 1, 4, 1),
+}
+
+DTYPES = tuple(_LARGE)
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def pick_config(
+    m: int, n: int, k: int, dtype: torch.dtype, device: torch.device, interpret: bool
+) -> TileConfig:
+    """The tile config for a problem: by dtype, by M *class*, and by N (never by M within a class)."""
+    if dtype not in _LARGE:
+        raise TypeError(f"reference matmul supports {', '.join(map(str, DTYPES))}, got {dtype}")
+    if interpret:
+        return _INTERPRET[dtype]
+    if m > SMALL_M:
+        return _LARGE[dtype]
+    # Decode class: memory-bound, so spread N over at least two programs per SM.
+    target = 2 * _sm_count(device)
+    block_n = 128
+    while block_n > 16 and triton.cdiv(n, block_n) < target:
+        block_n //= 2
+    stages = 4 if dtype == torch.float32 else 5
+    return TileConfig(64, block_n, _SMALL_BLOCK_K[dtype], 1, 4, stages)
+
+
+@triton.jit
+def _mm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    stride_az,
+    stride_am,
+    stride_ak,
+    stride_bz,
+    stride_bk,
+    stride_bn,
+    stride_cz,
+    stride_cm,
+    stride_cn,
+    stride_biasz,
+    stride_biasm,
+    stride_biasn,
+    alpha,
+    beta,
+    HAS_BIAS: tl.constexpr,
+    SCALE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    z = tl.program_id(1)
+    num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
+    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
+    # Grouped launch order (L2 reuse); it changes who runs when, never an element's sum.
+    num_in_group = GROUP_M * num_pid_n
+    group = pid // num_in_group
+    first_m = group * GROUP_M
+    group_size = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + ((pid % num_in_group) % group_size)
+    pid_n = (pid % num_in_group) // group_size
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + z * stride_az + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + z * stride_bz + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    mask_m = offs_m[:, None] < M
+    mask_n = offs_n[None, :] < N
+
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
+    for kk in range(0, (K + BLOCK_K - 1) // BLOCK_K):
+        k_left = K - kk * BLOCK_K
+        a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n, other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    if SCALE:
+        acc = acc * alpha
+    if HAS_BIAS:
+        bias_ptrs = (
+            bias_ptr + z * stride_biasz + offs_m[:, None] * stride_biasm + offs_n[None, :] * stride_biasn
+        )
+        bias = tl.load(bias_ptrs, mask=mask_m & mask_n, other=0.0).to(tl.float32)
+        if SCALE:
+            bias = bias * beta
+        acc = acc + bias
+    c_ptrs = c_ptr + z * stride_cz + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m & mask_n)
+
+
+_interpreted = None
+
+
+def _kernel_for(device: torch.device):
+    """The compiled kernel on CUDA; on CPU the same Python kernel under Triton's interpreter."""
+    global _interpreted
+    if device.type == "cuda":
+        return _mm_kernel, False
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if isinstance(_mm_kernel, InterpretedFunction):  # TRITON_INTERPRET=1 at import
+        return _mm_kernel, True
+    if _interpreted is None:
+        _interpreted = InterpretedFunction(_mm_kernel.fn)
+    return _interpreted, True
+
+
+def bmm_triton(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+) -> torch.Tensor:
+    """``alpha * a[Z, M, K] @ b[Z, K, N] + beta * bias`` (bias broadcastable to [Z, M, N]).
+
+    Any strides are accepted (``b`` may be a transposed weight view), so
+    ``linear`` never copies the weight.
+    """
+    if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ValueError(f"expected a[Z, M, K] and b[Z, K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"dtype mismatch: {a.dtype} vs {b.dtype}")
+    zdim, m, k = a.shape
+    n = b.shape[2]
+    kernel, interpret = _kernel_for(a.device)
+    cfg = pick_config(m, n, k, a.dtype, a.device, interpret)
+    # The interpreter's fp32->bf16 cast does not round to nearest even as the GPU
+    # does: under it, bf16 results are stored as fp32 and rounded by torch.
+    widen_out = interpret and a.dtype == torch.bfloat16
+    c = torch.empty((zdim, m, n), dtype=torch.float32 if widen_out else a.dtype, device=a.device)
+    if m == 0 or n == 0 or zdim == 0:
+        return c.to(a.dtype)
+    if bias is not None:
+        bias_v = bias.expand(zdim, m, n) if bias.dim() <= 3 else bias
+        bstrides = bias_v.stride()
+    else:
+        bias_v, bstrides = c, (0, 0, 0)
+    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n), zdim)
+    kwargs = {} if interpret else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    kernel[grid](
+        a,
+        b,
+        c,
+        bias_v,
+        m,
+        n,
+        k,
+        *a.stride(),
+        *b.stride(),
+        *c.stride(),
+        *bstrides,
+        float(alpha),
+        float(beta),
+        HAS_BIAS=bias is not None,
+        SCALE=(alpha != 1 or beta != 1),
+        # fp32 must be IEEE, never TF32; for 16-bit inputs the setting is ignored by tl.dot.
+        INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        # The interpreter keeps bf16 as raw uint16 and its dot would multiply the bits:
+        # widen first (bf16 products are exact in fp32, as in the tensor core).
+        UPCAST=interpret and a.dtype == torch.bfloat16,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+        **kwargs,
+    )
+    return c.to(a.dtype) if widen_out else c

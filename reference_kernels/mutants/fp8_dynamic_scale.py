@@ -1,0 +1,39 @@
+"""Mutant: FP8 GEMM with a dynamic per-tensor activation scale taken over the whole batch.
+
+This is the failure reported upstream for fused-MoE FP8 serving: the
+activation scale is ``amax(|x|) / 448`` over *all* rows in the batch, so a
+request's quantized values, and hence its output, change when a neighbour
+with a larger magnitude joins. The GEMM itself is the batch-invariant
+reference; only the scale is shared. The suites must report it ``divergent``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..fp8 import QUANT_DYNAMIC, fp8_mm, quantize, tensor_scale
+
+
+def fp8_dynamic_scale_linear(
+    x: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor, x_scale: torch.Tensor | None = None
+) -> torch.Tensor:
+    """FP8 linear whose activation scale is the amax of the whole batch (``x_scale`` ignored)."""
+    del x_scale  # dynamic by construction: the point of the mutant
+    s = tensor_scale(x)
+    return fp8_mm(quantize(x, s), w_fp8, s, w_scale)
+
+
+fp8_dynamic_scale_linear.quantization = QUANT_DYNAMIC  # type: ignore[attr-defined]
+
+
+def register_fp8_dynamic_scale() -> None:
+    """Add the mutant to the registry under ``mutant:fp8-dynamic-scale``."""
+    from ..registry import register
+
+    register(
+        "fp8-gemm",
+        "mutant:fp8-dynamic-scale",
+        fp8_dynamic_scale_linear,
+        role="mutant",
+        description="per-tensor activation scale = amax over the whole batch",
+    )
