@@ -14,8 +14,8 @@ DTYPES = ("bfloat16", "float16", "float32")
 QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
 ORACLES = ("batch-size", "batch-position", "run-to-run")
 CPU_BATCH_LIMIT = 33  # CI is a 2-core CPU: stop the quick sweep at 33 rows
-INTERPRET_WIDTH = 96  # Triton interpreter: tiny rows only
-INTERPRET_LIMIT = 9
+INTERPRET_WIDTH = 256  # Triton interpreter: small rows only
+INTERPRET_LIMIT = 17
 
 
 def interpreting() -> bool:
@@ -50,7 +50,7 @@ def device_params(fam: str, make_shapes) -> list:
 
 
 def batch_limit(device: str, name: str, profile: str) -> int | None:
-    """Rows swept: 33 on CPU, 9 under the interpreter, the profile's sweep (to 2049 in ``full``) on CUDA."""
+    """Rows swept: 33 on CPU, 17 under the interpreter, the profile's sweep (to 2049 in ``full``) on CUDA."""
     if device == "cpu":
         return INTERPRET_LIMIT if name.endswith("triton") else CPU_BATCH_LIMIT
     return None
