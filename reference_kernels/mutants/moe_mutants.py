@@ -11,7 +11,8 @@
   for vLLM's fused MoE (#57016): one large neighbour coarsens everyone's grid.
 - ``experts_atomic_combine``: the reference experts, but the k slot outputs of a
   token are added in an order that changes from call to call, as atomicAdd
-  arrival order does; the run-to-run control of ``moe-experts``.
+  arrival order does, each add rounded in the output dtype (so even k=2
+  differs); the run-to-run control of ``moe-experts``.
 """
 
 from __future__ import annotations
@@ -103,10 +104,11 @@ def experts_atomic_combine(
     k = ids.shape[1]
     shift = next(_calls) % max(1, k)
     contrib = y * weights.float()[:, :, None]
-    acc = contrib[:, shift]
+    # Each atomicAdd lands in the output buffer (x.dtype) and is rounded there.
+    acc = contrib[:, shift].to(x.dtype)
     for j in range(1, k):
-        acc = acc + contrib[:, (shift + j) % k]
-    return acc.to(x.dtype)
+        acc = (acc.float() + contrib[:, (shift + j) % k]).to(x.dtype)
+    return acc
 
 
 def register_moe_mutants() -> None:
