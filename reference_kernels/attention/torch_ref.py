@@ -40,7 +40,15 @@ from ..moe.tree import tree_sum
 SlotFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 # Elements of the largest temporary (rows x heads x split x D) per chunk of rows.
-_CHUNK_ELEMENTS = 1 << 22
+_CHUNK_ELEMENTS = 1 << 20
+_MIN_ROWS = 4
+
+
+def _pow2_at_least(n: int) -> int:
+    w = 1
+    while w < n:
+        w *= 2
+    return w
 
 
 def _check_heads(q: torch.Tensor, hkv: int) -> int:
@@ -66,7 +74,9 @@ def _split_partial(
     p = torch.where(mask, det_exp(s - m[..., None]), 0.0)
     l_ = tree_sum(p)
     vt = v.permute(0, 2, 3, 1)  # [C, Hkv, D, S]
-    o = tree_sum(p[:, :, :, None, :] * vt[:, :, None, :, :])  # [C, Hkv, G, D]
+    # "+ 0.0" turns a -0 sum into +0: masked slots contribute 0*v (either sign of zero),
+    # so only an all-zero sum could tell a trimmed or masked slot from a missing one.
+    o = tree_sum(p[:, :, :, None, :] * vt[:, :, None, :, :]) + 0.0  # [C, Hkv, G, D]
     return m, l_, o
 
 
@@ -103,15 +113,28 @@ def attend_rows(
     l_ = torch.zeros((r_total, hkv, g), device=dev)
     o = torch.zeros((r_total, hkv, g, d), device=dev)
     qf = q.float().view(r_total, hkv, g, d)
-    chunk = max(1, _CHUNK_ELEMENTS // (hq * s_ * d))
-    offs = torch.arange(s_, device=dev)
     for j in range(int(n_splits.max()) if r_total else 0):
         active = torch.nonzero(n_splits > j).flatten()
-        for c0 in range(0, active.numel(), chunk):
+        # Rows sorted by how many keys of this split they see, so a chunk can be trimmed.
+        seen = torch.clamp(limit[active] - j * s_, max=s_)
+        active = active[torch.argsort(seen, stable=True)]
+        seen = torch.clamp(limit[active] - j * s_, max=s_)
+        c0 = 0
+        while c0 < active.numel():
+            # Width: the next power of two >= the most keys any row of the chunk sees. The
+            # pairwise tree over S slots whose upper slots are all zero reduces exactly to
+            # the tree over this width, so trimming changes no bit.
+            n_left = active.numel() - c0
+            chunk = n_left
+            w = _pow2_at_least(int(seen[c0 + chunk - 1]))
+            while chunk > _MIN_ROWS and chunk * w * hq * d > _CHUNK_ELEMENTS:
+                chunk = max(_MIN_ROWS, chunk // 2)
+                w = _pow2_at_least(int(seen[c0 + chunk - 1]))
             rows = active[c0 : c0 + chunk]
-            pos = j * s_ + offs[None, :]  # [1, S]
+            c0 += chunk
+            pos = j * s_ + torch.arange(w, device=dev)[None, :]  # [1, w]
             lim = limit[rows, None]
-            valid = pos < lim  # [C, S]
+            valid = pos < lim  # [C, w]
             safe = torch.minimum(pos, lim - 1)
             idx = slot_fn(seq[rows, None], safe)
             vmask = valid[:, :, None, None]
