@@ -1,0 +1,370 @@
+"""Batch-invariant attention in Triton (CUDA; the interpreter runs it on CPU at tiny shapes).
+
+One kernel body serves prefill and decode so that both do the same arithmetic:
+
+- A program owns a *query tile* of ``BLOCK_M`` rows, a row being (token, q head
+  of one KV-head group): ``BLOCK_M // G`` tokens of one sequence times its ``G``
+  grouped heads. A decode tile holds one token (``G`` live rows). An MMA output
+  element depends only on its own row and column, so a row's scores do not
+  depend on which other rows share the tile.
+- KV is cut into splits of ``SPLIT`` tokens anchored at absolute position 0, and
+  each split is walked in ``BLOCK_N`` blocks from its start with a fresh online
+  softmax state. Decode walks ``[start, min(end, len))``; a prefill tile walks up
+  to its last token's position, and the blocks past a given row's position are
+  exact no-ops for that row (p = 0, rescale factor exp2(0) = 1).
+- Split partials (max in log2 units, sum, unnormalised output) are merged left to
+  right by ``_merge`` with explicit FMAs: in registers inside the prefill kernel,
+  and by ``_merge_kernel`` for decode, whose splits run as separate programs so
+  that a single long sequence still fills the GPU. The split count of a sequence
+  comes from its length only, never from the batch or the SM count.
+- Tiles, block sizes and warps are fixed constants: no autotuning (a tuned config
+  may differ between shapes and so between batch sizes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M = 64
+BLOCK_N = 64
+NUM_WARPS = 4
+NUM_STAGES = 2
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _merge(m, lsum, o, mj, lj, oj):
+    """Fold split partial (mj, lj, oj) into (m, lsum, o); m in log2 units, both finite."""
+    mn = tl.maximum(m, mj)
+    a = tl.exp2(m - mn)
+    b = tl.exp2(mj - mn)
+    l_new = tl.fma(lsum, a, lj * b)
+    o_new = tl.fma(o, a[:, None], oj * b[:, None])
+    return mn, l_new, o_new
+
+
+@triton.jit
+def _split_partial(
+    q,
+    K,
+    V,
+    BT,
+    seq,
+    kv_start,
+    head_kv,
+    start,
+    end,
+    limit,
+    qk_scale,
+    stride_kt,
+    stride_kh,
+    stride_bt,
+    offs_d,
+    d_mask,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PAGED: tl.constexpr,
+    PAGE: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    """Online softmax over keys ``[start, end)`` of one split; rows see keys ``< limit``."""
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        kpos = n0 + tl.arange(0, BLOCK_N)
+        kmask = kpos < end
+        if PAGED:
+            blk = tl.load(BT + seq * stride_bt + kpos // PAGE, mask=kmask, other=0)
+            slot = blk.to(tl.int64) * PAGE + kpos % PAGE
+        else:
+            slot = (kv_start + kpos).to(tl.int64)
+        ptrs = slot[:, None] * stride_kt + head_kv * stride_kh + offs_d[None, :]
+        lmask = kmask[:, None] & d_mask[None, :]
+        k = tl.load(K + ptrs, mask=lmask, other=0.0)
+        v = tl.load(V + ptrs, mask=lmask, other=0.0)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * qk_scale
+        valid = kpos[None, :] < limit[:, None]
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = tl.fma(l_i, alpha, tl.sum(p, 1))
+        acc = acc * alpha[:, None]
+        if IEEE:
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _attn_kernel(
+    Q,
+    K,
+    V,
+    BT,
+    Out,
+    Mp,
+    Lp,
+    Op,
+    tile_seq,
+    tile_tok0,
+    q_start,
+    len_q,
+    kv_start,
+    kv_len,
+    qk_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_bt,
+    stride_ps,
+    H_Q,
+    D,
+    G: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    SPLIT: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PAGED: tl.constexpr,
+    PAGE: tl.constexpr,
+    DECODE: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    head_kv = tl.program_id(1)
+    seq = tl.load(tile_seq + tile)
+    tok0 = tl.load(tile_tok0 + tile)
+    q0 = tl.load(q_start + seq)
+    nq = tl.load(len_q + seq)
+    kvl = tl.load(kv_len + seq)
+    k0 = tl.load(kv_start + seq)
+    rows = tl.arange(0, BLOCK_M)
+    tok = tok0 + rows // G
+    head = head_kv * G + rows % G
+    row_ok = tok < nq
+    pos = kvl - nq + tok
+    if CAUSAL:
+        limit = tl.where(row_ok, pos + 1, 0)
+    else:
+        limit = tl.where(row_ok, kvl, 0)
+    limit = tl.minimum(limit, kvl)
+    tile_limit = tl.max(limit, 0)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < D
+    q_ptrs = Q + (q0 + tok).to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & d_mask[None, :], other=0.0)
+    if DECODE:
+        sp = tl.program_id(2)
+        start = sp * SPLIT
+        if start < tile_limit:
+            end = tl.minimum(start + SPLIT, tile_limit)
+            mj, lj, oj = _split_partial(
+                q, K, V, BT, seq, k0, head_kv, start, end, limit, qk_scale,
+                stride_kt, stride_kh, stride_bt, offs_d, d_mask,
+                BLOCK_M, BLOCK_N, BLOCK_D, PAGED, PAGE, IEEE,
+            )  # fmt: skip
+            pidx = ((q0 + tok).to(tl.int64) * H_Q + head) * stride_ps + sp
+            tl.store(Mp + pidx, mj, mask=row_ok)
+            tl.store(Lp + pidx, lj, mask=row_ok)
+            tl.store(Op + pidx[:, None] * D + offs_d[None, :], oj, mask=row_ok[:, None] & d_mask[None, :])
+    else:
+        end0 = tl.minimum(SPLIT, tile_limit)
+        m, lsum, o = _split_partial(
+            q, K, V, BT, seq, k0, head_kv, 0, end0, limit, qk_scale,
+            stride_kt, stride_kh, stride_bt, offs_d, d_mask,
+            BLOCK_M, BLOCK_N, BLOCK_D, PAGED, PAGE, IEEE,
+        )  # fmt: skip
+        for start in range(SPLIT, tile_limit, SPLIT):
+            end = tl.minimum(start + SPLIT, tile_limit)
+            mj, lj, oj = _split_partial(
+                q, K, V, BT, seq, k0, head_kv, start, end, limit, qk_scale,
+                stride_kt, stride_kh, stride_bt, offs_d, d_mask,
+                BLOCK_M, BLOCK_N, BLOCK_D, PAGED, PAGE, IEEE,
+            )  # fmt: skip
+            mn, ln, on = _merge(m, lsum, o, mj, lj, oj)
+            present = limit > start
+            m = tl.where(present, mn, m)
+            lsum = tl.where(present, ln, lsum)
+            o = tl.where(present[:, None], on, o)
+        has = lsum > 0
+        out = tl.where(has[:, None], o / tl.where(has, lsum, 1.0)[:, None], 0.0)
+        o_ptrs = (
+            Out + (q0 + tok).to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
+        )
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_mask[None, :])
+
+
+@triton.jit
+def _merge_kernel(
+    Out,
+    Mp,
+    Lp,
+    Op,
+    kv_len,
+    stride_qt,
+    stride_qh,
+    stride_ps,
+    H_Q,
+    D,
+    SPLIT: tl.constexpr,
+    GP: tl.constexpr,
+    G: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Merge the decode partials of one (sequence, KV head group) left to right."""
+    b = tl.program_id(0)
+    head_kv = tl.program_id(1)
+    g = tl.arange(0, GP)
+    g_ok = g < G
+    head = head_kv * G + g
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < D
+    kvl = tl.load(kv_len + b)
+    n_splits = (kvl + SPLIT - 1) // SPLIT
+    base = (b.to(tl.int64) * H_Q + head) * stride_ps
+    om = g_ok[:, None] & d_mask[None, :]
+    m = tl.load(Mp + base, mask=g_ok, other=0.0)
+    lsum = tl.load(Lp + base, mask=g_ok, other=1.0)
+    o = tl.load(Op + base[:, None] * D + offs_d[None, :], mask=om, other=0.0)
+    for sp in range(1, n_splits):
+        mj = tl.load(Mp + base + sp, mask=g_ok, other=0.0)
+        lj = tl.load(Lp + base + sp, mask=g_ok, other=1.0)
+        oj = tl.load(Op + (base + sp)[:, None] * D + offs_d[None, :], mask=om, other=0.0)
+        m, lsum, o = _merge(m, lsum, o, mj, lj, oj)
+    has = lsum > 0
+    out = tl.where(has[:, None], o / tl.where(has, lsum, 1.0)[:, None], 0.0)
+    o_ptrs = Out + b.to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=om)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _common(q: torch.Tensor, hkv: int, scale: float | None) -> tuple[int, int, float, int]:
+    _, hq, d = q.shape
+    if hq % hkv:
+        raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv}")
+    g = hq // hkv
+    if BLOCK_M % g:
+        raise ValueError(f"GQA group {g} must divide BLOCK_M={BLOCK_M}")
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+    return g, d, sc * LOG2E, max(16, _next_pow2(d))
+
+
+def _tiles(len_q: torch.Tensor, tok_per_tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sequence, first token) of every query tile, longest-position tiles first (load balance only)."""
+    dev = len_q.device
+    n_t = torch.div(len_q + tok_per_tile - 1, tok_per_tile, rounding_mode="floor")
+    seq = torch.repeat_interleave(torch.arange(len_q.numel(), device=dev), n_t)
+    first = torch.cumsum(n_t, 0) - n_t
+    tok0 = (torch.arange(seq.numel(), device=dev) - first[seq]) * tok_per_tile
+    order = torch.flip(torch.arange(seq.numel(), device=dev), [0])
+    return seq[order].to(torch.int32).contiguous(), tok0[order].to(torch.int32).contiguous()
+
+
+def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, paged, page, scale, split):
+    g, d, qk_scale, block_d = _common(q, k.shape[-2], scale)
+    if split % BLOCK_N:
+        raise ValueError(f"split size {split} must be a multiple of BLOCK_N={BLOCK_N}")
+    q = q.contiguous()
+    out = torch.empty_like(q)
+    if q.shape[0] == 0:
+        return out
+    tile_seq, tile_tok0 = _tiles(len_q.long(), BLOCK_M // g)
+    hkv = k.shape[-2]
+    dummy = torch.empty(1, device=q.device, dtype=torch.float32)
+    grid = (tile_seq.numel(), hkv)
+    _attn_kernel[grid](
+        q, k, v, bt, out, dummy, dummy, dummy, tile_seq, tile_tok0,
+        q_start, len_q, kv_start, kv_len, qk_scale,
+        q.stride(0), q.stride(1), k.stride(-3), k.stride(-2), bt.stride(0), 0, q.shape[1], d,
+        G=g, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=block_d, SPLIT=split, CAUSAL=causal,
+        PAGED=paged, PAGE=page, DECODE=False, IEEE=q.dtype == torch.float32,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )  # fmt: skip
+    return out
+
+
+def _i32(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    return t.to(device=dev, dtype=torch.int32).contiguous()
+
+
+def prefill_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, scale=None, split_size=256):
+    """Varlen prefill over contiguous K/V (see ``prefill_varlen``)."""
+    dev = q.device
+    cu_q, cu_k = cu_seqlens_q.to(dev).long(), cu_seqlens_k.to(dev).long()
+    len_q, len_k = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
+    bt = torch.zeros((1, 1), device=dev, dtype=torch.int32)
+    return _launch_prefill(
+        q, k.contiguous(), v.contiguous(), bt, _i32(cu_q[:-1], dev), _i32(len_q, dev),
+        _i32(cu_k[:-1], dev), _i32(len_k, dev), causal=causal, paged=False, page=1, scale=scale, split=split_size,
+    )  # fmt: skip
+
+
+def prefill_paged_triton(
+    q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale=None, split_size=256
+):
+    """Causal prefill of each sequence's last tokens over a paged cache (see ``prefill_paged``)."""
+    dev = q.device
+    cu_q = cu_seqlens_q.to(dev).long()
+    len_q = cu_q[1:] - cu_q[:-1]
+    zeros = torch.zeros_like(len_q)
+    return _launch_prefill(
+        q, k_cache, v_cache, _i32(block_table, dev), _i32(cu_q[:-1], dev), _i32(len_q, dev),
+        _i32(zeros, dev), _i32(seq_lens, dev), causal=True, paged=True, page=k_cache.shape[1],
+        scale=scale, split=split_size,
+    )  # fmt: skip
+
+
+def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, split_size=256):
+    """Split-KV decode: one program per (sequence, KV head, split), then a fixed-order merge."""
+    g, d, qk_scale, block_d = _common(q, k_cache.shape[2], scale)
+    if split_size % BLOCK_N:
+        raise ValueError(f"split size {split_size} must be a multiple of BLOCK_N={BLOCK_N}")
+    dev = q.device
+    q = q.contiguous()
+    b, hq, _ = q.shape
+    out = torch.empty_like(q)
+    if b == 0:
+        return out
+    hkv = k_cache.shape[2]
+    page = k_cache.shape[1]
+    bt = _i32(block_table, dev)
+    # Grid sized from the block table's capacity (no host sync); programs past a
+    # sequence's length return at once. A sequence's split count is its own.
+    max_splits = max(1, -(-bt.shape[1] * page // split_size))
+    mp = torch.empty((b, hq, max_splits), device=dev, dtype=torch.float32)
+    lp = torch.empty_like(mp)
+    op = torch.empty((b, hq, max_splits, d), device=dev, dtype=torch.float32)
+    ones = torch.ones(b, device=dev, dtype=torch.int32)
+    ar = torch.arange(b, device=dev, dtype=torch.int32)
+    lens = _i32(seq_lens, dev)
+    zeros = torch.zeros(b, device=dev, dtype=torch.int32)
+    _attn_kernel[(b, hkv, max_splits)](
+        q, k_cache, v_cache, bt, out, mp, lp, op, ar, zeros, ar, ones, zeros, lens, qk_scale,
+        q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), bt.stride(0), max_splits, hq, d,
+        G=g, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=block_d, SPLIT=split_size, CAUSAL=True,
+        PAGED=True, PAGE=page, DECODE=True, IEEE=q.dtype == torch.float32,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )  # fmt: skip
+    _merge_kernel[(b, hkv)](
+        out, mp, lp, op, lens, q.stride(0), q.stride(1), max_splits, hq, d,
+        SPLIT=split_size, GP=_next_pow2(g), G=g, BLOCK_D=block_d, num_warps=1,
+    )  # fmt: skip
+    return out
