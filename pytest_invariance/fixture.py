@@ -143,7 +143,12 @@ class Invariance:
             seed=self.settings.seed,
             trials=n_trials,
             profile=self.profile,
-            extra={**(extra or {}), "expect": expect, "summary": result.describe()},
+            extra={
+                **(extra or {}),
+                "expect": expect,
+                "summary": result.describe(),
+                "batch_sizes": sizes if oracle in ("batch-size", "batch-position") else None,
+            },
         )
         if error is not None:
             raise InvarianceFailure(f"{oracle} on {implementation} could not complete ({verdict}): {error}")

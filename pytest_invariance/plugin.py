@@ -108,12 +108,20 @@ class InvarianceSession:
         self.records: list[dict] = []
         self.regressions: list[str] = []
         self.rendered: dict = {}
+        self.problems: list[str] = []
         if not self.is_worker:
             self._check_paths()
 
     def _check_paths(self) -> None:
-        if self.expect_path and not Path(self.expect_path).is_file():
-            raise pytest.UsageError(f"--invariance-expect: no such file: {self.expect_path}")
+        if self.expect_path:
+            if not Path(self.expect_path).is_file():
+                raise pytest.UsageError(f"--invariance-expect: no such file: {self.expect_path}")
+            from pytest_invariance.expect import ExpectedMatrixError, load_expected
+
+            try:
+                load_expected(self.expect_path)
+            except ExpectedMatrixError as exc:
+                raise pytest.UsageError(f"--invariance-expect: {exc}") from None
         if self.records_path:
             parent = Path(self.records_path).resolve().parent
             try:
@@ -145,7 +153,8 @@ class InvarianceSession:
 
             records = self.records
             if self.records_path and Path(self.records_path).is_file():
-                records, _problems = read_records([self.records_path])
+                records, problems = read_records([self.records_path])
+                self.problems = [str(p) for p in problems]
             if records:
                 self.rendered = render_matrix(records, self.report_dir)
         if self.expect_path:
@@ -165,6 +174,8 @@ class InvarianceSession:
             terminalreporter.write_line(line)
         if self.records_path:
             terminalreporter.write_line(f"records appended to {self.records_path}")
+        for problem in self.problems:
+            terminalreporter.write_line(f"records file: {problem}", yellow=True)
         for path in self.rendered.values():
             terminalreporter.write_line(f"matrix: {path}")
         for reg in self.regressions:

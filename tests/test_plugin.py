@@ -168,3 +168,30 @@ def test_hardware_fixture(pytester: pytest.Pytester, xdist: list[str]) -> None:
     pytester.makepyfile(test_hw="def test_hw(hardware):\n    assert hardware['hardware']['name']\n"
                                 "    assert hardware['software']['python']\n")
     pytester.runpytest(*xdist).assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("xdist", XDIST, ids=XDIST_IDS)
+def test_report_dir_and_expect_regression(pytester: pytest.Pytester, xdist: list[str]) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    report = pytester.path / "report"
+    first = pytester.runpytest(*xdist, f"--invariance-report={report}")
+    first.assert_outcomes(passed=3, failed=1, skipped=1)
+    for name in ("matrix.md", "matrix.html", "matrix.csv", "matrix.json"):
+        assert (report / name).is_file(), name
+    # The same suite again: nothing that was invariant regressed.
+    again = pytester.runpytest(*xdist, f"--invariance-expect={report / 'matrix.json'}")
+    assert "REGRESSION" not in again.stdout.str()
+    # Now the row-wise kernel silently turns batch-variant: the expected matrix catches it.
+    pytester.makepyfile(test_suite=SUITE.replace("def rowwise(x):\n    return", "def rowwise(x):\n    return splitk(x)\n    return"))
+    broken = pytester.runpytest(*xdist, f"--invariance-expect={report / 'matrix.json'}")
+    assert broken.ret != 0
+    broken.stdout.fnmatch_lines(["REGRESSION: *rowwise*invariant*"])
+
+
+def test_unreadable_expect_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    bad = pytester.path / "m.json"
+    bad.write_text("{not json")
+    pytester.makepyfile(test_ok="def test_ok(): pass")
+    result = pytester.runpytest(f"--invariance-expect={bad}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--invariance-expect: *m.json*"])
