@@ -245,15 +245,19 @@ class Kernels:
         try:
             from ..reference_kernels import attention as ra
 
-            self._ref_attn = (ra.write_kv, ra.prefill_varlen, ra.decode_paged)
+            self._ref_attn = (ra.prefill_paged, ra.decode_paged)
             self.write_kv = ra.write_kv
-            r["attention-prefill"] = "reference_kernels.attention.prefill_varlen"
-            r["attention-decode"] = "reference_kernels.attention.decode_paged"
+            split = ra.SPLIT_SIZE
+            r["attention-prefill"] = (
+                f"reference_kernels.attention.prefill_paged (split {split} anchored at 0)"
+            )
+            r["attention-decode"] = f"reference_kernels.attention.decode_paged (split {split} anchored at 0)"
+            r["kv-write"] = "reference_kernels.attention.write_kv"
         except (ImportError, AttributeError) as e:
             self.write_kv = write_kv_stock
             why = f"reference not available: {type(e).__name__}: {e}"
             r["attention-prefill"] = f"stock FALLBACK: SDPA per sequence ({why})"
-            r["attention-decode"] = f"stock FALLBACK: unsplit decode per sequence ({why})"
+            r["attention-decode"] = f"stock FALLBACK: SDPA per sequence ({why})"
 
     @property
     def unrouted(self) -> list[str]:
@@ -266,7 +270,7 @@ class Kernels:
         """Attention of every new token (q [T, H, d]) over its sequence's cached context."""
         if self._ref_attn is not None:
             return self._attention_reference(q, k_cache, v_cache, m, scale)
-        out = torch.empty_like(q)
+        out = torch.zeros_like(q)  # padding rows (CUDA-graph buckets) stay zero
         decode = set(m.decode_idx) if not self.invariant else set()
         for i in range(len(m.q_lens)):
             if i in decode:
@@ -287,8 +291,35 @@ class Kernels:
             )
         return out
 
-    def _attention_reference(self, q, k_cache, v_cache, m: AttnBatch, scale: float) -> torch.Tensor:
-        raise NotImplementedError("reference attention adapter: wired once reference_kernels.attention lands")
+    def _attention_reference(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, m: AttnBatch, scale: float
+    ) -> torch.Tensor:
+        """Decode rows through `decode_paged`, the rest through `prefill_paged` (bitwise equal by contract)."""
+        prefill_paged, decode_paged = self._ref_attn
+        out = torch.zeros_like(q)
+        dev = q.device
+        dec = m.decode_idx
+        pre = [i for i in range(len(m.q_lens)) if i not in set(dec)]
+        if dec:
+            rows = torch.tensor([m.q_starts[i] for i in dec], device=dev)
+            table = m.block_table_tensor.to(torch.int32)
+            out[rows] = decode_paged(
+                q[rows], k_cache, v_cache, table, m.decode_ctx.to(torch.int32), scale=scale
+            )
+        if pre:
+            rows = torch.cat(
+                [torch.arange(m.q_starts[i], m.q_starts[i] + m.q_lens[i], device=dev) for i in pre]
+            )
+            width = max(len(m.block_tables[i]) for i in pre)
+            table = torch.tensor(
+                [m.block_tables[i] + [0] * (width - len(m.block_tables[i])) for i in pre],
+                dtype=torch.int32,
+                device=dev,
+            )
+            cu = torch.tensor([0] + [m.q_lens[i] for i in pre], device=dev).cumsum(0).to(torch.int32)
+            lens = torch.tensor([m.ctx_lens[i] for i in pre], dtype=torch.int32, device=dev)
+            out[rows] = prefill_paged(q[rows], k_cache, v_cache, table, cu, lens, scale=scale)
+        return out
 
 
 def configure_threads(cfg: EngineConfig) -> None:
