@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One command for the H200 (device tool): install the package without
+# dependencies (the GPU image has torch, triton, pytest, pandas, xdist), run
+# the named phases, collect every record into $OUT/records.jsonl, pack full
+# logs into $OUT/logs.tar.gz and print a short table last.
+#   bash scripts/gpu_run.sh [--profile quick|full] PHASE...
+# Phases: env, moe, rowops, matmul, attention, unit, bench-moe, bench-rowops, bench-gemm, bench-attention, engine
+set -u
+PROFILE=quick
+if [ "${1:-}" = "--profile" ]; then PROFILE=$2; shift 2; fi
+OUT=${OUT:-$PWD/out}
+WORK=$(mktemp -d)
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$WORK/install.log" 2>&1 \
+  || python3 -m pip install -q --no-deps --no-build-isolation . >>"$WORK/install.log" 2>&1 \
+  || { echo "install failed"; tail -20 "$WORK/install.log"; exit 1; }
+REC="$WORK/records.jsonl"
+PYT=(python3 -m pytest -q -p no:cacheprovider -rfE --invariance-profile="$PROFILE" --invariance-records="$REC")
+SUMMARY="$WORK/phases.txt"
+
+phase() {  # name limit_s command...
+  local name=$1 limit=$2; shift 2
+  local t0; t0=$(date +%s)
+  ( cd "$PWD" && OUT="$WORK" timeout "$limit" "$@" ) >"$WORK/$name.log" 2>&1
+  local rc=$?
+  printf '%-16s rc=%-4s %5ss  %s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -1 "$WORK/$name.log" | cut -c1-90)" >>"$SUMMARY"
+}
+
+for p in "$@"; do
+  case $p in
+    env) phase env 60 python3 -c "import torch, triton; p = torch.cuda.get_device_properties(0); print(torch.__version__, triton.__version__, p.name, p.multi_processor_count, torch.version.cuda)";;
+    moe) phase moe 420 "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
+    rowops) phase rowops 300 "${PYT[@]}" suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;
+    matmul) phase matmul 420 "${PYT[@]}" suites/ops/test_matmul.py suites/ops/test_fp8.py -m gpu;;
+    attention) phase attention 420 "${PYT[@]}" suites/ops/test_attention.py -m gpu;;
+    unit) phase unit 300 "${PYT[@]}" tests -m gpu;;
+    bench-moe) phase bench-moe 240 python3 benchmarks/bench_moe.py;;
+    bench-rowops) phase bench-rowops 240 python3 benchmarks/bench_rowops.py --out "$WORK";;
+    bench-gemm) phase bench-gemm 300 python3 benchmarks/bench_gemm.py --out "$WORK";;
+    bench-attention) phase bench-attention 300 python3 benchmarks/bench_attention.py --out "$WORK";;
+    engine) phase engine 300 python3 benchmarks/bench_engine.py --out "$WORK";;
+    *) echo "unknown phase $p" >>"$SUMMARY";;
+  esac
+done
+
+cat "$WORK"/*.jsonl >"$OUT/records.jsonl" 2>/dev/null
+tar -czf "$OUT/logs.tar.gz" -C "$WORK" . 2>/dev/null
+echo "records: $(wc -l <"$OUT/records.jsonl") lines"
+for p in "$@"; do grep -E "passed|failed|error" "$WORK/$p.log" 2>/dev/null | tail -1 | sed "s/^/$p: /"; done
+cat "$SUMMARY"
