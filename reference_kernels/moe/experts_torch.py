@@ -105,9 +105,14 @@ def quantize_tensor(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-output-channel FP8 for expert weights [E, N, K]: (w_fp8, scale fp32 [E, N])."""
-    wf = w.float()
-    s = (wf.abs().amax(dim=-1) / FP8_MAX).clamp_min(1e-12)
-    return (wf / s[..., None]).clamp(-FP8_MAX, FP8_MAX).to(FP8), s
+    # One expert at a time: an fp32 copy of all experts of a DeepSeek-sized layer is ~28 GiB.
+    q = torch.empty(w.shape, dtype=FP8, device=w.device)
+    s = torch.empty(w.shape[:-1], dtype=torch.float32, device=w.device)
+    for e in range(w.shape[0]):
+        wf = w[e].float()
+        s[e] = (wf.abs().amax(dim=-1) / FP8_MAX).clamp_min(1e-12)
+        q[e] = (wf / s[e][..., None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return q, s
 
 
 def fp8_experts_torch(

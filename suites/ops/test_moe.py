@@ -169,7 +169,15 @@ def test_moe_router(invariance, device, name, cfg_name, ties, oracle):
     )
 
 
-@lru_cache(maxsize=2)
+def _randn_bf16(shape: tuple[int, ...], scale: float, g: torch.Generator, device: str) -> torch.Tensor:
+    """bf16 weights made one expert at a time (an fp32 copy of a DeepSeek layer is ~30 GiB)."""
+    out = torch.empty(shape, dtype=torch.bfloat16, device=device)
+    for e in range(shape[0]):
+        out[e] = torch.randn(shape[1:], generator=g, device=device) * scale
+    return out
+
+
+@lru_cache(maxsize=1)
 def _expert_weights(cfg_name: str, device: str):
     from pytest_invariance.reference_kernels.moe import quantize_weight
 
@@ -177,8 +185,8 @@ def _expert_weights(cfg_name: str, device: str):
     dims = CPU_DIMS if device == "cpu" else cfg
     e, h, i = cfg["E"], dims["H"], dims["I"]
     g = torch.Generator(device=device).manual_seed(1234)
-    w1 = (torch.randn((e, 2 * i, h), generator=g, device=device) * h**-0.5).to(torch.bfloat16)
-    w2 = (torch.randn((e, h, i), generator=g, device=device) * i**-0.5).to(torch.bfloat16)
+    w1 = _randn_bf16((e, 2 * i, h), h**-0.5, g, device)
+    w2 = _randn_bf16((e, h, i), i**-0.5, g, device)
     return w1, w2, quantize_weight(w1), quantize_weight(w2)
 
 
