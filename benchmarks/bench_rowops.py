@@ -23,38 +23,10 @@ import os
 import sys
 import uuid
 
+from _common import bench_ms, quick_verdict, ring
+
 ROWS = (1, 4, 16, 64, 256, 1024, 4096)
 DTYPES = ("bfloat16", "float32")
-L2_RING_BYTES = 4 * 64 * 2**20  # > 4x the H200's 50 MB L2
-
-
-def _ring(make, bytes_per_input: int) -> list:
-    n = max(2, -(-L2_RING_BYTES // max(1, bytes_per_input)))
-    return [make(i) for i in range(min(n, 1024))]
-
-
-def _bench(fn, inputs: list) -> float:
-    from triton.testing import do_bench
-
-    it = iter(range(10**12))
-
-    def call():
-        return fn(inputs[next(it) % len(inputs)])
-
-    return float(do_bench(call, warmup=25, rep=100, return_mode="median"))
-
-
-def _verdict(fn, mutant, width: int, dtype, device: str) -> tuple[str, dict, dict]:
-    from pytest_invariance.oracles.batch import batch_size_oracle
-    from pytest_invariance.oracles.inputs import rows_pool
-    from pytest_invariance.oracles.verdict import decide
-
-    rows = rows_pool(129, (width,), 0, dtype, device)
-    sizes = [1, 2, 3, 7, 8, 9, 31, 32, 33, 64, 65, 128, 129]
-    res = batch_size_oracle(fn, rows, sizes)
-    ctl = batch_size_oracle(mutant, rows, sizes)
-    control = {"name": "mutant", "diverged": ctl.diverged, "evidence": ctl.evidence()}
-    return decide(res.diverged, ctl.diverged), res.evidence(), control
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import torch.nn.functional as F
-    from pytest_invariance.oracles.inputs import wide_spread
+    from pytest_invariance.oracles.inputs import rows_pool, wide_spread
     from pytest_invariance.reference_kernels import rowops
     from pytest_invariance.reference_kernels.mutants.rmsnorm_split import split_rmsnorm
     from pytest_invariance.reference_kernels.mutants.rowsplit import split_log_softmax, split_mean
@@ -116,18 +88,18 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             }
             for op, (family, n, ref, stock, mutant, nbytes) in ops.items():
-                verdict, evidence, control = _verdict(ref, mutant, n, dtype, dev)
+                verdict, evidence, control = quick_verdict(ref, mutant, rows_pool(129, (n,), 0, dtype, dev))
                 for m in rows_list:
                     gen = torch.Generator(device=dev).manual_seed(m)
-                    ring = _ring(
+                    inputs_ring = ring(
                         lambda i, m=m, n=n, g=gen, dt=dtype: (
                             torch.randn(m, n, device=dev, generator=g) * 4
                         ).to(dt),
                         m * n * esize,
                     )
-                    ref_ms = _bench(ref, ring)
-                    stock_ms = _bench(stock, ring)
-                    del ring
+                    ref_ms = bench_ms(ref, inputs_ring)
+                    stock_ms = bench_ms(stock, inputs_ring)
+                    del inputs_ring
                     torch.cuda.empty_cache()
                     gbps_ref = nbytes(m, n) / ref_ms / 1e6
                     gbps_stock = nbytes(m, n) / stock_ms / 1e6
