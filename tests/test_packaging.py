@@ -1,0 +1,56 @@
+"""The distribution: what `pip install .` puts in site-packages, and its entry points."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (whl,) = out.glob("pytest_invariance-*.whl")
+    return zipfile.ZipFile(whl)
+
+
+def test_top_level_folders_install_under_the_namespace(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    for path in (
+        "pytest_invariance/plugin.py",
+        "pytest_invariance/oracles/batch.py",
+        "pytest_invariance/reference_kernels/registry.py",
+        "pytest_invariance/suites/ops/test_rmsnorm.py",
+        "pytest_invariance/engine/server.py",
+    ):
+        assert path in names, path
+    top = {n.split("/")[0] for n in names}
+    assert not top & {"oracles", "reference_kernels", "suites", "tests"}, top
+
+
+def test_every_package_folder_is_listed_in_pyproject(wheel: zipfile.ZipFile) -> None:
+    """A subpackage missing from pyproject's list would silently vanish from the wheel."""
+    names = set(wheel.namelist())
+    mapping = {"oracles": "pytest_invariance/oracles", "reference_kernels": "pytest_invariance/reference_kernels",
+               "suites": "pytest_invariance/suites", "pytest_invariance": "pytest_invariance"}
+    for src, dst in mapping.items():
+        for init in (ROOT / src).rglob("__init__.py"):
+            rel = init.relative_to(ROOT / src).as_posix()
+            assert f"{dst}/{rel}" in names, f"{src}/{rel} is not packaged: add it to pyproject's packages"
+
+
+def test_entry_points(wheel: zipfile.ZipFile) -> None:
+    (ep,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    text = wheel.read(ep).decode()
+    assert "[pytest11]\ninvariance = pytest_invariance.plugin" in text
+    assert "pytest-invariance = pytest_invariance.cli:main" in text
