@@ -77,8 +77,14 @@ def _engine(**kw) -> LLMEngine:
 def test_scheduler_admits_every_step_and_mixes_prefill_with_decode():
     eng = _engine(max_num_batched_tokens=64, chunk_size=32, max_num_seqs=8)
     p = SamplingParams(max_tokens=8, ignore_eos=True)
+    done: dict[str, list[int]] = {}
+
+    def step() -> None:
+        for o in eng.step():
+            done.setdefault(o.request_id, []).append(o.token_id)
+
     eng.add_request("a", list(range(20)), p)
-    eng.step()
+    step()
     assert eng.last_step_stats == {
         "batch_size": 1,
         "num_tokens": 20,
@@ -88,20 +94,18 @@ def test_scheduler_admits_every_step_and_mixes_prefill_with_decode():
         "num_tokens_padded": 20,
     }
     eng.add_request("b", list(range(50, 120)), p)  # 70 tokens: chunked
-    eng.step()  # admitted at once, next to a's decode
+    step()  # admitted at once, next to a's decode
     s = eng.last_step_stats
     assert (s["batch_size"], s["num_prefill"], s["num_decode"]) == (2, 1, 1)
     assert s["num_tokens"] == 1 + 32
     eng.add_request("c", [7] * 5, p)
-    eng.step()  # a decodes, b's second chunk, c admitted: three in one forward
+    step()  # a decodes, b's second chunk, c admitted: three in one forward
     s = eng.last_step_stats
     assert (s["batch_size"], s["num_prefill"], s["num_decode"]) == (3, 2, 1)
     assert s["num_tokens"] == 1 + 32 + 5
-    done: dict[str, list[int]] = {}
     while eng.has_unfinished():
-        for o in eng.step():
-            done.setdefault(o.request_id, []).append(o.token_id)
-    assert {k: len(v) for k, v in done.items()} == {"a": 7, "b": 8, "c": 8}  # a's first came earlier
+        step()
+    assert {k: len(v) for k, v in done.items()} == {"a": 8, "b": 8, "c": 8}
 
 
 def test_budget_cuts_chunks_and_max_num_seqs_queues():
@@ -121,7 +125,9 @@ def test_budget_cuts_chunks_and_max_num_seqs_queues():
 
 
 def test_invariant_mode_aligns_chunks_to_blocks():
-    eng = _engine(max_num_batched_tokens=24, chunk_size=256, block_size=8, batch_invariant=True)
+    eng = _engine(
+        max_num_batched_tokens=24, max_num_seqs=4, chunk_size=256, block_size=8, batch_invariant=True
+    )
     p = SamplingParams(max_tokens=1, ignore_eos=True)
     eng.add_request("a", list(range(12)), p)
     eng.add_request("b", list(range(40)), p)
