@@ -159,3 +159,12 @@ def test_tokenizer_json_is_used_when_present(tmp_path):
 def test_missing_tokenizer_path_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_tokenizer(str(tmp_path / "nope.json"), None, None, None)
+
+
+def test_torch_generator_path_gives_the_same_bits():
+    # The benchmark builds 8B-parameter models on the GPU with the int64 torch path; it must match numpy.
+    from pytest_invariance.engine.weights import synthetic_tensor, synthetic_tensor_torch
+
+    a = synthetic_tensor(3, "model.layers.0.mlp.up_proj.weight", (300, 77), 0.0123)
+    b = synthetic_tensor_torch(3, "model.layers.0.mlp.up_proj.weight", (300, 77), 0.0123, torch.device("cpu"))
+    assert np.array_equal(a.view(np.int32), b.numpy().view(np.int32))

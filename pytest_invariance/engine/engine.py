@@ -56,7 +56,7 @@ class LLMEngine:
             self.weights_source = f"safetensors:{cfg.model_path}"
         else:
             mcfg = cfg.model
-            weights = synthetic_weights(mcfg)
+            weights = synthetic_weights(mcfg, cfg.device)
             self.weights_source = f"synthetic(seed={mcfg.seed}, splitmix64)"
         self.device = torch.device(cfg.device)
         self.model = Model(mcfg, weights, self.device)

@@ -74,6 +74,40 @@ def synthetic_tensor(seed: int, name: str, shape: tuple[int, ...], std: float) -
     return out.reshape(shape)
 
 
+def _i64(v: int) -> int:
+    """A uint64 constant as the int64 with the same bits."""
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's >> is arithmetic)."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def synthetic_tensor_torch(
+    seed: int, name: str, shape: tuple[int, ...], std: float, device: torch.device
+) -> torch.Tensor:
+    """`synthetic_tensor` computed on `device` in int64 two's-complement arithmetic: the same bits,
+    fast enough for 8B-parameter benchmark models on a GPU (callers verify against numpy)."""
+    n = math.prod(shape)
+    key = _i64(int(name_key(seed, name)))
+    golden, m1, m2 = _i64(int(_GOLDEN)), _i64(int(_M1)), _i64(int(_M2))
+    scale = torch.tensor(std * math.sqrt(3.0), dtype=torch.float32).item()  # round to float32 once
+    out = torch.empty(n, dtype=torch.float32, device=device)
+    step = 1 << 26
+    for s0 in range(0, n, step):
+        x = torch.arange(s0, min(n, s0 + step), dtype=torch.int64, device=device) * golden ^ key
+        z = x + golden
+        z = (z ^ _srl(z, 30)) * m1
+        z = (z ^ _srl(z, 27)) * m2
+        z = z ^ _srl(z, 31)
+        top = _srl(z, 40) - (1 << 23)
+        out[s0 : s0 + x.numel()] = (
+            top.to(torch.float32) * (2.0**-23) * torch.tensor(scale, dtype=torch.float32, device=device)
+        )
+    return out.reshape(shape)
+
+
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Canonical (Hugging Face Llama / Qwen2-MoE style) names and shapes, in a fixed order."""
     h, q, kv = cfg.hidden, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
@@ -107,19 +141,26 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def synthetic_weights(cfg: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (name, tensor) in the model dtype. Norm weights are 1, biases small, the rest ~1/sqrt(fan_in)."""
+def synthetic_weights(
+    cfg: ModelConfig, device: str | torch.device | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (name, tensor) in the model dtype. Norm weights are 1, biases small, the rest ~1/sqrt(fan_in).
+
+    With a CUDA `device` the bits are generated there (same values, see `synthetic_tensor_torch`).
+    """
     dtype = torch_dtype(cfg.dtype)
+    dev = torch.device(device) if device is not None else None
     for name, shape in param_shapes(cfg).items():
         if name.endswith("norm.weight"):
-            arr = np.ones(shape, dtype=np.float32)
-        elif name.endswith(".bias"):
-            arr = synthetic_tensor(cfg.seed, name, shape, 0.02)
-        elif name == "model.embed_tokens.weight":
-            arr = synthetic_tensor(cfg.seed, name, shape, cfg.weight_scale)
+            yield name, torch.ones(shape, dtype=dtype, device=dev)
+            continue
+        std = 0.02 if name.endswith(".bias") else cfg.weight_scale
+        if not name.endswith(".bias") and name != "model.embed_tokens.weight":
+            std = cfg.weight_scale / math.sqrt(shape[-1])
+        if dev is not None and dev.type == "cuda":
+            yield name, synthetic_tensor_torch(cfg.seed, name, shape, std, dev).to(dtype)
         else:
-            arr = synthetic_tensor(cfg.seed, name, shape, cfg.weight_scale / math.sqrt(shape[-1]))
-        yield name, torch.from_numpy(arr).to(dtype)
+            yield name, torch.from_numpy(synthetic_tensor(cfg.seed, name, shape, std)).to(dtype)
 
 
 # --- safetensors (format: u64 little-endian header length, JSON header, raw little-endian bytes) ---
