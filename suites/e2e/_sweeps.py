@@ -1,0 +1,503 @@
+"""Sweeps the e2e suites share: what to send, to which target, and how a result becomes a record.
+
+The comparisons live in ``oracles.sequences``; this module only drives requests and assembles
+records. Each sweep returns an :class:`Outcome`; :func:`judge` runs it on the target and on its
+positive control (the inverse target, invariance off), decides the verdict (``vacuous`` when the
+control saw no divergence), records it and enforces the expectation.
+
+Why the sweeps look the way they do (measured on a 2-core CPU against the bundled engine in default
+mode): requests sent at the same instant are prefilled together and decode in lock-step, so the
+batch hardly changes and the output rarely does. Arrivals staggered by 10-30 ms mix new prefills
+into running decode steps, the per-step token count crosses GEMM blocking edges, and greedy
+completions split within ~5 tokens. Mixed prompt lengths make that mixing certain.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pytest_invariance.oracles import sequences as S
+from pytest_invariance.oracles import verdict as V
+from pytest_invariance.oracles.sweeps import probe_positions
+
+from pytest_invariance.adapters import Adapter, AdapterError, GenParams, Progress
+
+PROBE = "The quick brown fox"
+JITTER_MS = (10.0, 30.0)
+QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
+INFO_KEYS = (
+    "engine", "version", "model", "mode", "batch_invariant", "enable_deterministic_inference", "dtype",
+    "device", "device_name", "num_threads", "max_num_seqs", "chunk_size", "chunked_prefill_size",
+    "page_size", "block_size", "enable_prefix_cache", "disable_radix_cache", "split_kv", "kernels",
+    "unrouted", "fully_invariant_routing", "attention_backend", "sampling_backend", "tp_size",
+)  # fmt: skip
+# Neighbour texts of very different lengths (characters ~ tokens for byte-level tokenizers).
+_WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma "
+          "tau upsilon phi chi psi omega").split()  # fmt: skip
+MIXED_LENGTHS = (6, 300, 24, 160, 48, 220, 12, 96, 4, 260, 36, 128, 18, 200, 64, 8)
+
+
+def neighbour(i: int, length: int) -> str:
+    """A distinct, seeded prompt of roughly ``length`` characters."""
+    rng = random.Random(1000 + i)
+    words: list[str] = [f"[{i}]"]
+    while sum(len(w) + 1 for w in words) < length:
+        words.append(rng.choice(_WORDS))
+    return " ".join(words)[: max(length, 3)]
+
+
+@dataclass
+class Target:
+    """A live engine plus what it reported about itself."""
+
+    adapter: Adapter
+    role: str  # "target" (expected invariant) | "control" (expected default: invariance off)
+    expected_mode: str
+    info: dict | None = None
+    mode: str | None = None
+    log_path: str | None = None
+    cache: dict = field(default_factory=dict)
+
+    @property
+    def engine(self) -> str:
+        return self.adapter.engine
+
+    @property
+    def url(self) -> str:
+        return self.adapter.base_url
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine} [{self.mode or 'mode unknown'}] @ {self.url}"
+
+    def refresh(self) -> None:
+        self.info = self.adapter.server_info()
+        self.mode = self.adapter.mode(self.info)
+
+    def mode_check(self) -> str | None:
+        """A one-line flag when the reported mode contradicts the role (None: consistent or unknown)."""
+        if self.mode is not None and self.mode != self.expected_mode:
+            return (f"{self.url} is used as the {self.role} (expected mode {self.expected_mode}) but its "
+                    f"/server_info reports mode {self.mode}")  # fmt: skip
+        return None
+
+    def config(self) -> dict:
+        return {k: self.info[k] for k in INFO_KEYS if self.info and k in self.info}
+
+
+@dataclass
+class Outcome:
+    """What one sweep on one target observed."""
+
+    diverged: bool | None
+    evidence: dict
+    summary: str
+    shape: dict
+    error: str | None = None
+    unsupported: str | None = None
+
+
+def levels(profile: str) -> list[int]:
+    return [1, 2, 4, 8, 16] if profile == "quick" else [1, 2, 4, 8, 16, 32, 64, 128]
+
+
+def _progress(label: str, total: int) -> Progress:
+    return Progress(total, label)
+
+
+# -- sweeps ------------------------------------------------------------------------------------
+Sweep = Callable[[Target, str, int], Outcome]
+
+
+def _sequence_outcome(
+    outputs: dict[int, list[list[int]]], ref_top: Any, shape: dict, extra: dict | None = None
+) -> Outcome:
+    an = S.analyze(outputs, reference=outputs[min(outputs)][0], reference_top=ref_top)
+    ev = {**an.evidence(), **(extra or {})}
+    return Outcome(an.diverged, ev, an.describe(), shape)
+
+
+def _partial(outputs: dict[int, list[list[int]]], shape: dict, exc: AdapterError) -> Outcome:
+    ev: dict = {"error": str(exc), "url": exc.url, "field": exc.field}
+    if outputs:
+        ev.update(S.analyze(outputs).evidence())
+    return Outcome(None, ev, f"incomplete: {exc}", shape, error=str(exc))
+
+
+def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
+    """One prompt at concurrency 1..N: N identical greedy requests with staggered arrivals."""
+    lv = levels(profile)
+    params = GenParams(max_tokens=24, logprobs=2)
+    shape = {"sweep": "single", "prompt": PROBE, "max_tokens": params.max_tokens, "levels": lv,
+             "jitter_ms": list(JITTER_MS), "dispatch": "independent"}  # fmt: skip
+    outputs: dict[int, list[list[int]]] = {}
+    ref_top = None
+    bar = _progress(f"single {t.engine}[{t.mode}]", sum(lv))
+    try:
+        for n in lv:
+            cs = t.adapter.generate(
+                [PROBE] * n, params, jitter_ms=JITTER_MS, seed=seed * 1000 + n, progress=bar
+            )
+            outputs[n] = [c.token_ids for c in cs]
+            if ref_top is None:
+                ref_top = cs[0].top_logprobs
+    except AdapterError as exc:
+        return _partial(outputs, shape, exc)
+    return _sequence_outcome(outputs, ref_top, shape)
+
+
+def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
+    """The probe at each position {0, 1, mid, N-2, N-1} among N-1 distinct neighbours."""
+    n = 8 if profile == "quick" else 32
+    params = GenParams(max_tokens=24, logprobs=2)
+    shape = {"sweep": "needle", "prompt": PROBE, "max_tokens": params.max_tokens, "batch": n,
+             "jitter_ms": list(JITTER_MS)}  # fmt: skip
+    others = [neighbour(i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)] // 2 + 8) for i in range(n - 1)]
+    positions = probe_positions(n)
+    outputs: dict[int, list[list[int]]] = {}
+    per_pos: dict[str, list[int]] = {}
+    bar = _progress(f"needle {t.engine}[{t.mode}]", 1 + n * len(positions))
+    try:
+        alone = t.adapter.generate([PROBE], params, progress=bar)[0]
+        outputs[1] = [alone.token_ids]
+        outputs[n] = []
+        for pos in positions:
+            batch = others[:pos] + [PROBE] + others[pos:]
+            cs = t.adapter.generate(batch, params, jitter_ms=JITTER_MS, seed=seed * 1000 + pos, progress=bar)
+            outputs[n].append(cs[pos].token_ids)
+            per_pos[str(pos)] = cs[pos].token_ids
+    except AdapterError as exc:
+        return _partial(outputs, shape, exc)
+    differing = [int(p) for p, ids in per_pos.items() if ids != alone.token_ids]
+    return _sequence_outcome(outputs, alone.top_logprobs, shape,
+                             {"positions": positions, "differing_positions": differing})  # fmt: skip
+
+
+def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
+    """Neighbours of very different lengths, so prefill chunks and decodes share steps."""
+    lv = [1, 4, 8, 16] if profile == "quick" else [1, 4, 8, 16, 32, 64]
+    params = GenParams(max_tokens=24, logprobs=2)
+    shape = {"sweep": "mixed", "prompt": PROBE, "max_tokens": params.max_tokens, "levels": lv,
+             "neighbour_lengths": list(MIXED_LENGTHS), "jitter_ms": list(JITTER_MS)}  # fmt: skip
+    outputs: dict[int, list[list[int]]] = {}
+    ref_top = None
+    bar = _progress(f"mixed {t.engine}[{t.mode}]", sum(lv))
+    try:
+        for n in lv:
+            batch = [neighbour(i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)]) for i in range(n)]
+            slots = sorted({0, n // 2})
+            for s in slots:
+                batch[s] = PROBE
+            cs = t.adapter.generate(batch, params, jitter_ms=JITTER_MS, seed=seed * 1000 + n, progress=bar)
+            outputs[n] = [cs[s].token_ids for s in slots]
+            if ref_top is None:
+                ref_top = cs[0].top_logprobs
+    except AdapterError as exc:
+        return _partial(outputs, shape, exc)
+    return _sequence_outcome(outputs, ref_top, shape)
+
+
+def prefix_lengths(info: dict | None) -> list[int]:
+    """Shared-prefix lengths (tokens) at page/block and prefill-chunk boundaries, +-1."""
+    info = info or {}
+    page = int(info.get("page_size") or info.get("block_size") or 16)
+    chunk = int(info.get("chunked_prefill_size") or info.get("chunk_size") or 256)
+    chunk = min(chunk, 1024)  # a real server's 8192-token chunk is out of reach of a quick sweep
+    return sorted({n for b in (page, chunk) for n in (b - 1, b, b + 1) if n >= 1})
+
+
+def sweep_prefix(t: Target, profile: str, seed: int) -> Outcome:
+    """Requests sharing a prefix whose length sits at a page/chunk boundary +-1: the probe alone vs
+    the probe concurrent with requests that share its prefix, token ids and logprob bits per step."""
+    n = 4 if profile == "quick" else 16
+    params = GenParams(max_tokens=16, logprobs=2)
+    lengths = prefix_lengths(t.info)
+    shape = {"sweep": "prefix", "prefix_lengths": lengths, "batch": n, "max_tokens": params.max_tokens,
+             "compared": "token ids and logprob bits"}  # fmt: skip
+    rng = random.Random(seed)
+    per_length: dict[str, Any] = {}
+    bad: list[int] = []
+    first: dict[str, Any] = {}
+    bar = _progress(f"prefix {t.engine}[{t.mode}]", len(lengths) * (1 + n))
+    try:
+        for length in lengths:
+            prefix = [rng.randrange(32, 127) for _ in range(length)]
+            prompts = [prefix + [rng.randrange(32, 127) for _ in range(6)] for _ in range(n)]
+            alone = t.adapter.generate([prompts[0]], params, progress=bar)[0]
+            cs = t.adapter.generate(
+                prompts, params, jitter_ms=JITTER_MS, seed=seed * 1000 + length, progress=bar
+            )
+            d = S.step_difference(alone.token_ids, alone.logprobs, cs[0].token_ids, cs[0].logprobs)
+            per_length[str(length)] = d
+            if d is not None:
+                bad.append(length)
+                if not first:
+                    first = {
+                        "batch_size": n,
+                        "token_index": d["step"],
+                        "label": f"prefix {length}: {d['what']}",
+                    }
+    except AdapterError as exc:
+        return Outcome(
+            None,
+            {"error": str(exc), "prefix_lengths": per_length},
+            f"incomplete: {exc}",
+            shape,
+            error=str(exc),
+        )
+    unique = 2 if bad else 1
+    ev = {"samples": 2 * len(per_length), "unique": unique, "concurrency": [1, n],
+          "points": [{"concurrency": 1, "unique": 1}, {"concurrency": n, "unique": unique}],
+          "prefix_lengths": per_length, "differing_prefix_lengths": bad, "first": first}  # fmt: skip
+    text = f"{len(lengths)} prefix lengths {lengths}, alone vs {n} sharing: " + (
+        f"differ at {bad} (first: {first['label']} at step {first['token_index']})"
+        if bad
+        else "bitwise equal"
+    )
+    return Outcome(bool(bad), ev, text, shape)
+
+
+def sweep_logprobs(t: Target, profile: str, seed: int) -> Outcome:
+    """Batch 1 vs batch N: token ids and logprob bits at every step."""
+    n = 8 if profile == "quick" else 32
+    params = GenParams(max_tokens=24, logprobs=2)
+    shape = {"sweep": "logprobs", "prompt": PROBE, "batch": n, "max_tokens": params.max_tokens}
+    try:
+        bar = _progress(f"logprobs {t.engine}[{t.mode}]", 1 + n)
+        alone = t.adapter.generate([PROBE], params, progress=bar)[0]
+        batch = [neighbour(i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)]) for i in range(n)]
+        batch[n // 2] = PROBE
+        cs = t.adapter.generate(batch, params, jitter_ms=JITTER_MS, seed=seed, progress=bar)
+    except AdapterError as exc:
+        return Outcome(None, {"error": str(exc)}, f"incomplete: {exc}", shape, error=str(exc))
+    got = cs[n // 2]
+    if alone.logprobs is None or got.logprobs is None:
+        return Outcome(
+            None, {}, "no per-token logprobs returned", shape, unsupported="the server returned no logprobs"
+        )
+    diff = S.step_difference(alone.token_ids, alone.logprobs, got.token_ids, got.logprobs)
+    steps = min(len(alone.token_ids), len(got.token_ids))
+    ev = {"samples": 2, "unique": 1 if diff is None else 2, "concurrency": [1, n], "steps": steps,
+          "first_step_difference": diff,
+          "max_abs_logprob_diff": S.logprob_max_abs_diff(alone.logprobs, got.logprobs),
+          "first": {"batch_size": n, "token_index": diff["step"], "label": f"{diff['what']} at step {diff['step']}"} if diff else {}}  # fmt: skip
+    if diff and diff["what"] == "token" and alone.top_logprobs:
+        m = S.top_margin(alone.top_logprobs[diff["step"]])
+        ev["first"].update(margin=m, margin_class=S.classify_margin(m))
+    text = f"batch 1 vs {n}: " + ("token ids and logprob bits equal at all "
+                                   f"{steps} steps" if diff is None else f"first {diff['what']} difference at step {diff['step']}")  # fmt: skip
+    return Outcome(diff is not None, ev, text, shape)
+
+
+def sweep_prefill_decode(t: Target, profile: str, seed: int) -> Outcome:
+    """Each decoded token's logprob vs the prefill rescoring of prompt + generated tokens, bitwise."""
+    prompts = (
+        [PROBE, neighbour(3, 40)]
+        if profile == "quick"
+        else [PROBE] + [neighbour(i, 40 + 20 * i) for i in range(4)]
+    )
+    params = GenParams(max_tokens=16, logprobs=0)
+    shape = {"sweep": "prefill-decode", "prompts": len(prompts), "max_tokens": params.max_tokens}
+    diffs, max_abs, compared = [], 0.0, 0
+    try:
+        for p in prompts:
+            gen = t.adapter.generate([p], params)[0]
+            if gen.prompt_token_ids is None or gen.logprobs is None:
+                return Outcome(None, {}, "prompt token ids or logprobs not returned", shape,
+                               unsupported="the server returned no prompt token ids or no logprobs")  # fmt: skip
+            full = gen.prompt_token_ids + gen.token_ids
+            rescore = t.adapter.generate([full], GenParams(max_tokens=1, prompt_logprobs=0))[0]
+            if rescore.prompt_logprobs is None:
+                return Outcome(
+                    None,
+                    {},
+                    "no prompt logprobs",
+                    shape,
+                    unsupported="the server returned no prompt logprobs",
+                )
+            k = len(gen.prompt_token_ids)
+            pre = rescore.prompt_logprobs[k : k + len(gen.token_ids)]
+            d = S.step_difference(gen.token_ids, gen.logprobs, gen.token_ids, pre)
+            compared += len(pre)
+            max_abs = max(max_abs, S.logprob_max_abs_diff(gen.logprobs, pre))
+            if d is not None:
+                diffs.append({"prompt": p if isinstance(p, str) else len(p), **d})
+    except AdapterError as exc:
+        return Outcome(None, {"error": str(exc)}, f"incomplete: {exc}", shape, error=str(exc))
+    ev = {"samples": compared, "unique": 2 if diffs else 1, "differences": diffs, "max_abs_logprob_diff": max_abs,
+          "first": {"token_index": diffs[0]["step"], "label": "decode vs prefill"} if diffs else {}}  # fmt: skip
+    text = (f"{compared} decoded logprobs vs prefill rescoring: "
+            + (f"{len(diffs)} prompt(s) differ, first at step {diffs[0]['step']}, max |diff| {max_abs:.3g}" if diffs else "bitwise equal"))  # fmt: skip
+    return Outcome(bool(diffs), ev, text, shape)
+
+
+def sweep_cache(t: Target, profile: str, seed: int) -> Outcome:
+    """The same request cold (after a flush) and warm; the warm one must hit the prefix cache."""
+    prompt = neighbour(7, 160)
+    params = GenParams(max_tokens=16, logprobs=0)
+    shape = {"sweep": "cache", "prompt_chars": len(prompt), "max_tokens": params.max_tokens}
+    try:
+        flushed = t.adapter.flush_cache()
+        cold = t.adapter.generate([prompt], params)[0]
+        warm = t.adapter.generate([prompt], params)[0]
+    except AdapterError as exc:
+        return Outcome(None, {"error": str(exc)}, f"incomplete: {exc}", shape, error=str(exc))
+    hit = warm.cached_tokens
+    ev: dict[str, Any] = {"samples": 2, "flushed": flushed, "cold_cached_tokens": cold.cached_tokens,
+                          "warm_cached_tokens": hit}  # fmt: skip
+    if hit is not None and hit == 0:
+        return Outcome(None, ev, "the warm request did not hit the prefix cache", shape,
+                       unsupported="prefix cache off: the warm request reported 0 cached tokens")  # fmt: skip
+    diff = S.step_difference(cold.token_ids, cold.logprobs, warm.token_ids, warm.logprobs)
+    ev.update(
+        unique=1 if diff is None else 2,
+        first_step_difference=diff,
+        first={"token_index": diff["step"], "label": f"warm {diff['what']}"} if diff else {},
+    )
+    proof = f"warm hit {hit} cached tokens" if hit is not None else "cache hits not reported"
+    text = f"cold vs warm ({proof}): " + (
+        "bitwise equal" if diff is None else f"first {diff['what']} difference at step {diff['step']}"
+    )
+    return Outcome(diff is not None, ev, text, shape)
+
+
+SWEEPS: dict[str, tuple[Sweep, str]] = {
+    "single": (sweep_single, "unique-samples"),
+    "needle": (sweep_needle, "unique-samples"),
+    "mixed": (sweep_mixed, "unique-samples"),
+    "prefix": (sweep_prefix, "unique-samples"),
+    "logprobs": (sweep_logprobs, "batch-size"),
+    "prefill-decode": (sweep_prefill_decode, "prefill-decode"),
+    "cache": (sweep_cache, "cache"),
+}
+
+
+def run_cached(t: Target, name: str, profile: str, seed: int) -> Outcome:
+    """A sweep's outcome on ``t``, computed once per session (the control is shared by the paired
+    invariance test and the inverse test)."""
+    key = (name, profile, seed)
+    if key not in t.cache:
+        t.cache[key] = SWEEPS[name][0](t, profile, seed)
+    return t.cache[key]
+
+
+# -- records and verdicts ------------------------------------------------------------------------
+def _record(invariance: Any, t: Target, oracle: str, verdict: str, out: Outcome, control: dict | None,
+            expect: str, extra: dict | None = None) -> dict:  # fmt: skip
+    info = t.info or {}
+    ev = {**out.evidence, "url": t.url}
+    return invariance.record(
+        family="engine",
+        implementation=t.engine,
+        mode=t.mode,
+        oracle=oracle,
+        verdict=verdict,
+        quantization=QUANT.get(str(info.get("dtype")), str(info.get("dtype") or "unknown")),
+        dtype=info.get("dtype"),
+        shape={**out.shape, "model": info.get("model") or info.get("served_model_name")},
+        contract="bitwise",
+        evidence=ev,
+        control=control,
+        seed=invariance.seed,
+        trials=1,
+        profile=invariance.profile,
+        extra={
+            "expect": expect,
+            "summary": out.summary,
+            "role": t.role,
+            "server_info": t.config(),
+            "mode_check": t.mode_check() or ("consistent" if t.mode else "mode not reported by the server"),
+            "engine_log": t.log_path,
+            **(extra or {}),
+        },  # fmt: skip
+    )
+
+
+def judge(invariance: Any, name: str, target: Target, control: Target) -> dict:
+    """Invariance test: the sweep on ``target`` must show no divergence, and the same sweep on the
+    positive control (invariance off) must show some; otherwise the result is ``vacuous``."""
+    __tracebackhide__ = True
+    oracle = SWEEPS[name][1]
+    out = run_cached(target, name, invariance.profile, invariance.seed)
+    ctl_out = run_cached(control, name, invariance.profile, invariance.seed) if out.error is None else None
+    control_rec = None
+    if ctl_out is not None:
+        control_rec = {"name": f"inverse target {control.label}", "diverged": ctl_out.diverged,
+                       "evidence": {**ctl_out.evidence, "summary": ctl_out.summary}}  # fmt: skip
+        if ctl_out.error:
+            control_rec["error"] = ctl_out.error
+    verdict = V.decide(out.diverged, control_rec["diverged"] if control_rec else None,
+                       error=out.error is not None, unsupported=out.unsupported is not None)  # fmt: skip
+    rec = _record(invariance, target, oracle, verdict, out, control_rec, "invariant")
+    _enforce(invariance, rec, target, out, "invariant")
+    return rec
+
+
+def inverse(invariance: Any, name: str, control: Target) -> dict:
+    """Inverse test: with invariance off the same sweep must observe divergence."""
+    __tracebackhide__ = True
+    oracle = SWEEPS[name][1]
+    out = run_cached(control, name, invariance.profile, invariance.seed)
+    verdict = V.decide(
+        out.diverged, None, error=out.error is not None, unsupported=out.unsupported is not None
+    )
+    rec = _record(invariance, control, oracle, verdict, out, None, "divergent", {"inverse": True})
+    _enforce(invariance, rec, control, out, "divergent")
+    return rec
+
+
+def _enforce(invariance: Any, rec: dict, t: Target, out: Outcome, expect: str) -> None:
+    """Fail (one line for errors) or skip (unsupported); a verdict other than ``expect`` fails with
+    the record's evidence, and a mode that contradicts the target's role is flagged either way."""
+    __tracebackhide__ = True
+    from pytest_invariance.fixture import InvarianceFailure, failure_message
+
+    if out.error is not None:
+        pytest.fail(f"{rec['oracle']} sweep '{out.shape['sweep']}' incomplete: {out.error}", pytrace=False)
+    if out.unsupported is not None:
+        pytest.skip(f"unsupported on {t.label}: {out.unsupported}")
+    flag = t.mode_check()
+    if rec["verdict"] != expect:
+        msg = failure_message(rec, expect) + f"\n  target {t.label}"
+        raise InvarianceFailure(msg + (f"\n  MODE CHECK: {flag}" if flag else ""))
+    if flag:
+        pytest.fail(f"mode check: {flag} (sweep: {out.summary})", pytrace=False)
+
+
+def seeded_sampling(invariance: Any, t: Target) -> dict:
+    """temperature > 0 with one seed: the same tokens at every concurrency; the control: different
+    seeds give different tokens (else the seed is ignored and the check is vacuous)."""
+    __tracebackhide__ = True
+    lv = [1, 4, 8] if invariance.profile == "quick" else [1, 4, 8, 16, 32]
+    params = GenParams(max_tokens=16, temperature=1.0, seed=1234)
+    shape = {"sweep": "seeded-sampling", "prompt": PROBE, "temperature": 1.0, "seed": 1234, "levels": lv,
+             "max_tokens": params.max_tokens}  # fmt: skip
+    outputs: dict[int, list[list[int]]] = {}
+    bar = _progress(f"seeded {t.engine}[{t.mode}]", sum(lv) + 4)
+    others = []
+    try:
+        for n in lv:
+            cs = t.adapter.generate(
+                [PROBE] * n, params, jitter_ms=JITTER_MS, seed=invariance.seed * 1000 + n, progress=bar
+            )
+            outputs[n] = [c.token_ids for c in cs]
+        seeds = [GenParams(max_tokens=16, temperature=1.0, seed=s) for s in (1, 2, 3, 4)]
+        others = t.adapter.generate(
+            [PROBE] * 4, seeds, jitter_ms=JITTER_MS, seed=invariance.seed, progress=bar
+        )
+        out = _sequence_outcome(outputs, None, shape)
+    except AdapterError as exc:
+        out = _partial(outputs, shape, exc)
+    ctl = None
+    if out.error is None:
+        n_unique, _ = S.unique_completions([c.token_ids for c in others])
+        ctl = {"name": "different-seeds (1, 2, 3, 4)", "diverged": n_unique > 1,
+               "evidence": {"samples": len(others), "unique": n_unique}}  # fmt: skip
+    verdict = V.decide(out.diverged, ctl["diverged"] if ctl else None, error=out.error is not None)
+    rec = _record(invariance, t, "seeded-sampling", verdict, out, ctl, "invariant")
+    _enforce(invariance, rec, t, out, "invariant")
+    return rec

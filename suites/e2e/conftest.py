@@ -1,0 +1,97 @@
+"""Targets for the e2e suites.
+
+``target``: the engine under test, expected invariant: ``--invariance-url`` with the adapter of
+``--invariance-engine`` (default ``openai``), else the bundled engine started here in invariant mode.
+``control_target``: the positive control with invariance off: ``--invariance-url-control``, else the
+bundled engine started here in default mode. Both are session-scoped (one engine per worker). An
+unreachable URL fails every test at once with one line; a missing fastapi/uvicorn skips.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_invariance.adapters import AdapterError, make_adapter
+
+from ._sweeps import Target
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test in this folder is ``e2e``."""
+    for item in items:
+        if Path(str(item.path)).resolve().parent == HERE:
+            item.add_marker(pytest.mark.e2e)
+
+
+def _opt(config: pytest.Config, name: str):
+    value = config.getoption(name)
+    if value is None:
+        value = config.getini(name) or None if name in ("invariance_url", "invariance_engine") else None
+    return value
+
+
+def _connect(url: str, engine: str, role: str, expected: str) -> Target:
+    adapter = make_adapter(engine, url, retries=2)
+    try:
+        adapter.get("/v1/models" if engine != "sglang" else "/model_info", timeout_s=15)
+    except AdapterError as exc:
+        if exc.field in ("connection", "timeout"):
+            flag = "--invariance-url" if role == "target" else "--invariance-url-control"
+            pytest.fail(f"{flag} {url} is unreachable: {exc}", pytrace=False)
+    t = Target(adapter, role, expected)
+    t.refresh()
+    return t
+
+
+def _start(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, invariant: bool, *args: str
+) -> Target:
+    from pytest_invariance.adapters.bundled import BundledEngine, EngineUnavailable
+
+    role, expected = ("target", "invariant") if invariant else ("control", "default")
+    eng = BundledEngine(invariant=invariant, extra_args=list(args), log_dir=tmp_path_factory.mktemp("engine"))
+    try:
+        adapter = eng.start()
+    except EngineUnavailable as exc:
+        pytest.skip(f"e2e suites need the bundled engine: {exc}")
+    request.addfinalizer(eng.stop)
+    t = Target(adapter, role, expected, log_path=str(eng.log_path))
+    t.refresh()
+    return t
+
+
+@pytest.fixture(scope="session")
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    url = _opt(request.config, "invariance_url")
+    if url:
+        return _connect(url, _opt(request.config, "invariance_engine") or "openai", "target", "invariant")
+    return _start(request, tmp_path_factory, invariant=True)
+
+
+@pytest.fixture(scope="session")
+def control_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    url = request.config.getoption("invariance_url_control")
+    if url:
+        return _connect(url, _opt(request.config, "invariance_engine") or "openai", "control", "default")
+    return _start(request, tmp_path_factory, invariant=False)
+
+
+# The prefix cache lets identical prompts skip most of their prefill, which removes the batch mixing
+# the other sweeps rely on; so the bundled engines started here run without it, and the cache
+# suite gets its own pair with ``--prefix-cache`` (started only when that suite runs).
+@pytest.fixture(scope="session")
+def cache_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    if _opt(request.config, "invariance_url"):
+        return request.getfixturevalue("target")
+    return _start(request, tmp_path_factory, True, "--prefix-cache")
+
+
+@pytest.fixture(scope="session")
+def cache_control_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    if request.config.getoption("invariance_url_control"):
+        return request.getfixturevalue("control_target")
+    return _start(request, tmp_path_factory, False, "--prefix-cache")

@@ -1,0 +1,17 @@
+"""e2e `cache`: the same request cold (after a flush) and warm; the warm one must hit the cache.
+
+Targets: the bundled engines with ``--prefix-cache`` (or the given URLs). Positive control: the\nsame sweep on the inverse target (invariance off);
+if it sees no divergence the verdict is `vacuous`, never a pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ._sweeps import judge
+
+pytestmark = pytest.mark.e2e
+
+
+def test_cache(invariance, cache_target, cache_control_target):
+    judge(invariance, "cache", cache_target, cache_control_target)

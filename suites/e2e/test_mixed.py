@@ -1,0 +1,17 @@
+"""e2e `mixed`: neighbours of very different lengths, so prefill and decode share steps.
+
+Positive control: the same sweep on the inverse target (`control_target`, invariance off);
+if it sees no divergence the verdict is `vacuous`, never a pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ._sweeps import judge
+
+pytestmark = pytest.mark.e2e
+
+
+def test_mixed(invariance, target, control_target):
+    judge(invariance, "mixed", target, control_target)

@@ -1,0 +1,17 @@
+"""e2e `single`: one prompt at concurrency 1..N (quick 16, full 128): unique samples, first divergence.
+
+Positive control: the same sweep on the inverse target (`control_target`, invariance off);
+if it sees no divergence the verdict is `vacuous`, never a pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ._sweeps import judge
+
+pytestmark = pytest.mark.e2e
+
+
+def test_single(invariance, target, control_target):
+    judge(invariance, "single", target, control_target)
