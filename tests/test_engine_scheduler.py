@@ -223,3 +223,15 @@ def test_stop_tokens_and_logprobs():
         assert o.top_logprobs[0][0] == o.token_id  # greedy: the chosen token is the top one
         assert o.logprob == o.top_logprobs[0][1]
     assert outs[1].prompt_logprobs is None
+
+
+def test_cuda_graph_buckets_pad_decode_batches():
+    # The bucket ladder is a control knob: padded rows change the GEMM shapes, never the outputs' count.
+    eng = _engine(cuda_graph_buckets=(1, 4, 8))
+    p = SamplingParams(max_tokens=3, ignore_eos=True)
+    for r in "abc":
+        eng.add_request(r, [1, 2, 3], p)
+    eng.step()  # prefill: never padded
+    assert eng.last_step_stats["num_tokens_padded"] == 9
+    outs = eng.step()  # three decodes padded to the bucket of 4
+    assert eng.last_step_stats["num_tokens_padded"] == 4 and len(outs) == 3
