@@ -235,3 +235,17 @@ def test_cuda_graph_buckets_pad_decode_batches():
     assert eng.last_step_stats["num_tokens_padded"] == 9
     outs = eng.step()  # three decodes padded to the bucket of 4
     assert eng.last_step_stats["num_tokens_padded"] == 4 and len(outs) == 3
+
+
+def test_prompt_logprobs_bypass_the_prefix_cache():
+    eng = _engine(enable_prefix_cache=True, block_size=4)
+    prompt = list(range(30))
+    eng.add_request("a", prompt, SamplingParams(max_tokens=1, prompt_logprobs=0))
+    outs = []
+    while eng.has_unfinished():
+        outs += eng.step()
+    eng.add_request("b", prompt, SamplingParams(max_tokens=1, prompt_logprobs=0))
+    while eng.has_unfinished():
+        outs += eng.step()
+    a, b = (o.prompt_logprobs for o in outs)
+    assert len(a) == len(b) == 30 and a == b

@@ -59,8 +59,8 @@ class BlockManager:
         At most (prompt - 1) tokens come from the cache, so the last prompt token always runs
         through the model (it yields the first logits) and never writes into a shared block.
         """
-        if not self.enable_prefix_cache or seq.block_table:
-            return 0
+        if not self.enable_prefix_cache or seq.block_table or seq.params.prompt_logprobs is not None:
+            return 0  # prompt logprobs need every prompt position computed, as in vLLM
         bs = self.block_size
         parent = b""
         for i in range((seq.num_prompt - 1) // bs):
