@@ -21,49 +21,97 @@ DEFAULT_SMS = 132  # H100/H200 SXM
 
 
 def num_splits(
-    batch: int, kv_heads: int, kv_len: int, sm_count: int = DEFAULT_SMS, max_splits: int = 64
+    batch: int,
+    kv_heads: int,
+    kv_len: int,
+    sm_count: int = DEFAULT_SMS,
+    max_splits: int = 64,
+    min_keys: int = 64,
 ) -> int:
-    """Occupancy heuristic: enough splits for ~one wave of programs, at least 64 keys per split."""
+    """Occupancy heuristic: enough splits for ~one wave of programs, at least ``min_keys`` keys each."""
     programs = max(1, batch * kv_heads)
     want = max(1, -(-sm_count // programs))
-    return max(1, min(want, max_splits, -(-kv_len // 64)))
+    return max(1, min(want, max_splits, -(-kv_len // min_keys)))
 
 
-def splitkv_decode(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, sm_count: int | None = None):
-    """``attention-decode`` signature; KV cut into ``num_splits(B, Hkv, L)`` near-equal parts."""
-    if sm_count is None:
-        sm_count = (
-            torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else DEFAULT_SMS
-        )
-    b, hq, d = q.shape
-    hkv = k_cache.shape[2]
+def _sms(q: torch.Tensor, sm_count: int | None) -> int:
+    if sm_count is not None:
+        return sm_count
+    return torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else DEFAULT_SMS
+
+
+def splitkv_attend(q, k, v, n: int, *, causal: bool, scale: float) -> torch.Tensor:
+    """q [Lq, Hq, D] (the last Lq positions) over k/v [Lk, Hkv, D] cut into ``n`` near-equal parts."""
+    lq, hq, d = q.shape
+    lk, hkv, _ = k.shape
     g = hq // hkv
+    qf = q.float().view(lq, hkv, g, d)
+    kf, vf = k.float(), v.float()
+    qpos = torch.arange(lk - lq, lk, device=q.device)
+    bounds = [round(j * lk / n) for j in range(n + 1)]
+    ms, ls, os_ = [], [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        s = torch.einsum("qhgd,khd->qhgk", qf, kf[lo:hi]) * scale
+        if causal:
+            keep = torch.arange(lo, hi, device=q.device)[None, :] <= qpos[:, None]
+            s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(s - m)
+        ms.append(m)
+        ls.append(p.sum(-1, keepdim=True))
+        os_.append(torch.einsum("qhgk,khd->qhgd", p, vf[lo:hi]))
+    mx = torch.stack(ms).amax(0)
+    num = sum(o * torch.exp(m - mx) for o, m in zip(os_, ms, strict=True))
+    den = sum(lsum * torch.exp(m - mx) for lsum, m in zip(ls, ms, strict=True))
+    return (num / den).reshape(lq, hq, d).to(q.dtype)
+
+
+def splitkv_decode(
+    q, k_cache, v_cache, block_table, seq_lens, *, scale=None, sm_count: int | None = None, min_keys: int = 64
+):
+    """``attention-decode`` signature; KV cut into ``num_splits(B, Hkv, L)`` near-equal parts."""
+    sms = _sms(q, sm_count)
+    b, _, d = q.shape
+    hkv = k_cache.shape[2]
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     out = torch.empty_like(q)
     for i in range(b):
         length = int(seq_lens[i])
-        k = gather_paged(k_cache, block_table[i : i + 1], length)[0].float()  # [Hkv, L, D]
-        v = gather_paged(v_cache, block_table[i : i + 1], length)[0].float()
-        qi = q[i].float().view(hkv, g, d)
-        n = num_splits(b, hkv, length, sm_count)
-        bounds = [round(j * length / n) for j in range(n + 1)]
-        ms, ls, os_ = [], [], []
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
-            s = torch.einsum("hgd,hld->hgl", qi, k[:, lo:hi]) * sc
-            m = s.amax(-1, keepdim=True)
-            p = torch.exp(s - m)
-            ms.append(m)
-            ls.append(p.sum(-1, keepdim=True))
-            os_.append(torch.einsum("hgl,hld->hgd", p, v[:, lo:hi]))
-        mx = torch.stack(ms).amax(0)
-        num = sum(o * torch.exp(m - mx) for o, m in zip(os_, ms, strict=False))
-        den = sum(lsum * torch.exp(m - mx) for lsum, m in zip(ls, ms, strict=False))
-        out[i] = (num / den).reshape(hq, d).to(q.dtype)
+        k = gather_paged(k_cache, block_table[i : i + 1], length)[0].transpose(0, 1)  # [L, Hkv, D]
+        v = gather_paged(v_cache, block_table[i : i + 1], length)[0].transpose(0, 1)
+        n = num_splits(b, hkv, length, sms, min_keys=min_keys)
+        out[i] = splitkv_attend(q[i : i + 1], k, v, n, causal=False, scale=sc)[0]
     return out
 
 
+def splitkv_prefill(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    *,
+    causal=True,
+    scale=None,
+    sm_count: int | None = None,
+    min_keys: int = 64,
+):
+    """``attention-prefill`` signature with the same heuristic (batch = number of sequences)."""
+    sms = _sms(q, sm_count)
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    nseq = len(cq) - 1
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[2])
+    outs = []
+    for i in range(nseq):
+        ki, vi = k[ck[i] : ck[i + 1]], v[ck[i] : ck[i + 1]]
+        n = num_splits(nseq, k.shape[1], ki.shape[0], sms, min_keys=min_keys)
+        outs.append(splitkv_attend(q[cq[i] : cq[i + 1]], ki, vi, n, causal=causal, scale=sc))
+    return torch.cat(outs)
+
+
 def register_splitkv_decode() -> None:
-    """Add the mutant to the kernel registry under ``mutant:splitkv-decode``."""
+    """Register ``mutant:splitkv-decode`` and its prefill twin ``mutant:splitkv-prefill``."""
     from ..registry import register
 
     register(
@@ -73,3 +121,28 @@ def register_splitkv_decode() -> None:
         role="mutant",
         description="split-KV decode, split count from batch x kv heads vs SM count (FlashDecoding-style)",
     )
+    register(
+        "attention-prefill",
+        "mutant:splitkv-prefill",
+        splitkv_prefill,
+        role="mutant",
+        description="split-KV prefill, split count from number of sequences x kv heads vs SM count",
+    )
+
+
+def varying_sm_count(fn, counts: tuple[int, ...] = (132, 66, 33, 8)):
+    """``fn`` (a split-KV mutant) given a different SM budget on each call.
+
+    Models a GPU shared with other work (MPS, green contexts, a concurrent stream):
+    the occupancy heuristic then changes the split count between identical calls.
+    The positive control of the ``run-to-run`` oracle.
+    """
+    state = {"calls": 0}
+
+    def run(*args, **kw):
+        kw["sm_count"] = counts[state["calls"] % len(counts)]
+        state["calls"] += 1
+        return fn(*args, **kw)
+
+    run.__name__ = f"{getattr(fn, '__name__', 'fn')}_varying_sms"
+    return run
