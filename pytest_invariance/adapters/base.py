@@ -163,8 +163,17 @@ class Adapter(ABC):
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def request(self, method: str, path: str, body: Any = None, *, timeout_s: float | None = None) -> Any:
-        """One HTTP exchange on a fresh connection; returns parsed JSON (or text for non-JSON)."""
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout_s: float | None = None,
+        expect_json: bool = False,
+    ) -> Any:
+        """One HTTP exchange on a fresh connection; returns parsed JSON (or text for non-JSON unless
+        ``expect_json``)."""
         url = self.base_url + path
         timeout = (self.connect_timeout_s, timeout_s or self.timeout_s)
         for attempt in range(self.retries + 1):
@@ -194,6 +203,10 @@ class Adapter(ABC):
                 raise AdapterError(url, "status", f"HTTP {resp.status_code}: {_error_text(resp)}")
             ctype = resp.headers.get("content-type", "")
             if "json" not in ctype:
+                if expect_json:
+                    raise AdapterError(
+                        url, "body", f"expected JSON, got {ctype or 'no content type'}: {resp.text[:80]!r}"
+                    )
                 return resp.text
             try:
                 return resp.json()
@@ -202,7 +215,8 @@ class Adapter(ABC):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def post(self, path: str, body: Any) -> Any:
-        return self.request("POST", path, body)
+        """POST a JSON body, expect a JSON answer."""
+        return self.request("POST", path, body, expect_json=True)
 
     def get(self, path: str, timeout_s: float | None = None) -> Any:
         return self.request("GET", path, timeout_s=timeout_s)

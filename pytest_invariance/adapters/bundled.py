@@ -47,7 +47,7 @@ class BundledAdapter(VLLMAdapter):
 
     def flush_cache(self) -> bool:
         try:
-            self.post("/flush_cache?timeout=60", None)
+            self.request("POST", "/flush_cache?timeout=60")
         except AdapterError:
             return False
         return True

@@ -33,7 +33,7 @@ class VLLMAdapter(OpenAIAdapter):
 
     def flush_cache(self) -> bool:
         try:
-            self.post("/reset_prefix_cache", None)
+            self.request("POST", "/reset_prefix_cache")
         except AdapterError:
             return False
         return True
