@@ -111,11 +111,11 @@ class BundledEngine:
         self.base_url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
-            if self.proc.poll() is not None:
-                tail = self.log_tail()
+            status = self.proc.poll()
+            if status is not None:
                 self.stop()
                 raise RuntimeError(
-                    f"bundled engine exited with status {self.proc.returncode} before it was healthy: {tail}"
+                    f"bundled engine exited with status {status} before it was healthy: {self.log_tail()}"
                 )
             try:
                 if requests.get(self.base_url + "/health", timeout=2).status_code == 200:
