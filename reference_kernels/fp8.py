@@ -133,12 +133,14 @@ def stock_fp8_linear(
     """Stock path: the same quantization, then ``torch._scaled_mm`` (cuBLASLt on CUDA).
 
     Per-token scales use the row-wise form, which wants the weight scale as a
-    ``[1, N]`` row too.
+    ``[1, N]`` row too; so does a static scale on CPU (see below).
     """
     xq, xs = quantize_activation(x, x_scale)
     ws = w_scale.to(torch.float32)
-    if x_scale is None:
-        scale_a = xs.reshape(-1, 1).contiguous()
+    # torch's CPU per-tensor _scaled_mm is a slow reference loop (~10 s for 33x896x1152 on
+    # 2 cores); there a static scale goes through the row-wise form with equal row scales.
+    if x_scale is None or x.device.type == "cpu":
+        scale_a = xs.reshape(-1, 1).expand(x.shape[0], 1).contiguous()
         scale_b = ws.reshape(1, 1).expand(1, w_fp8.shape[0]).contiguous()
     else:
         scale_a, scale_b = xs.reshape(()), ws.reshape(())
@@ -158,4 +160,13 @@ def register_fp8() -> None:
         role="reference",
         description="Triton fixed-tile e4m3 GEMM on CUDA; exact-product tiled fp32 BLAS on CPU",
     )
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        register(
+            "fp8-gemm",
+            "reference-triton",
+            fp8_linear_interpret,
+            role="reference",
+            devices=("cpu",),
+            description="the reference Triton FP8 kernel under the Triton interpreter (CPU, tiny shapes)",
+        )
     register_fp8_dynamic_scale()

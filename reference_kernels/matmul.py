@@ -112,5 +112,14 @@ def register_builtin_gemm() -> None:
         role="reference",
         description="Triton fixed-tile matmul on CUDA; 16-row-tiled BLAS on CPU",
     )
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        register(
+            "matmul",
+            "reference-triton",
+            linear_interpret,
+            role="reference",
+            devices=("cpu",),
+            description="the reference Triton kernel under the Triton interpreter (CPU, tiny shapes)",
+        )
     register_splitk_matmul()
     register_fp8()

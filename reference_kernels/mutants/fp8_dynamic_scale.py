@@ -9,9 +9,12 @@ reference; only the scale is shared. The suites must report it ``divergent``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from ..fp8 import QUANT_DYNAMIC, fp8_mm, quantize, tensor_scale
+from ..fp8 import QUANT_DYNAMIC, fp8_mm, quantize, quantize_activation, tensor_scale
+from .splitk_matmul import splitk_per_call
 
 
 def fp8_dynamic_scale_linear(
@@ -24,6 +27,22 @@ def fp8_dynamic_scale_linear(
 
 
 fp8_dynamic_scale_linear.quantization = QUANT_DYNAMIC  # type: ignore[attr-defined]
+
+
+def fp8_splitk_per_call() -> Callable[..., torch.Tensor]:
+    """Run-to-run control: the reference quantization, then a split-K GEMM whose split count
+    changes per call (the dynamic-scale mutant is deterministic call to call, so it cannot
+    serve there)."""
+    mm = splitk_per_call()
+
+    def fn(x: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor, x_scale=None) -> torch.Tensor:
+        xq, xs = quantize_activation(x, x_scale)
+        acc = mm(xq.float(), w_fp8.float())  # e4m3 products are exact in fp32
+        xs = xs.reshape(-1, 1) if xs.numel() > 1 else xs
+        return ((acc * xs) * w_scale.float()).to(torch.bfloat16)
+
+    fn.__name__ = "fp8_splitk_per_call"
+    return fn
 
 
 def register_fp8_dynamic_scale() -> None:

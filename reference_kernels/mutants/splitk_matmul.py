@@ -11,6 +11,9 @@ matmul suites: it must come out ``divergent``.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
 import torch
 
 # (max M, K splits): few rows -> many splits, as cuBLAS-style heuristics do.
@@ -25,16 +28,17 @@ def split_count(m: int, k: int) -> int:
     return 1
 
 
-def splitk_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def splitk_matmul(x: torch.Tensor, w: torch.Tensor, splits: int | None = None) -> torch.Tensor:
     """``x[M, K] @ w[N, K].T`` with K cut into ``split_count(M, K)`` pieces summed in fp32.
 
     Each piece is a full fp32 product; pieces are added left to right in fp32
     and the total cast to ``x.dtype`` once, as a split-K epilogue does.
+    ``splits`` overrides the heuristic (used by the per-call variant).
     """
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
         raise ValueError(f"expected x[M, K] and w[N, K], got {tuple(x.shape)} and {tuple(w.shape)}")
     m, k = x.shape
-    splits = split_count(m, k)
+    splits = split_count(m, k) if splits is None else max(1, min(splits, k))
     xf, wf = x.float(), w.float()
     bounds = [round(i * k / splits) for i in range(splits + 1)]
     acc = None
@@ -42,6 +46,24 @@ def splitk_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         part = xf[:, lo:hi] @ wf[:, lo:hi].T
         acc = part if acc is None else acc + part
     return acc.to(x.dtype)
+
+
+PER_CALL_SPLITS = (8, 4, 2, 1)
+
+
+def splitk_per_call() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """A split-K matmul whose split count changes on every call (8, 4, 2, 1, 8, ...).
+
+    Positive control for the run-to-run oracle: libraries that pick a split
+    from runtime state (autotuning, available SMs, stream contention) behave so.
+    """
+    calls = itertools.count()
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return splitk_matmul(x, w, PER_CALL_SPLITS[next(calls) % len(PER_CALL_SPLITS)])
+
+    fn.__name__ = "splitk_matmul_per_call"
+    return fn
 
 
 def register_splitk_matmul() -> None:

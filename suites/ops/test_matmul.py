@@ -1,0 +1,199 @@
+"""Matmul: is a row's ``x @ w.T`` independent of the batch it rides in?
+
+Every ``matmul`` implementation in the registry (stock ``F.linear``, the
+reference kernel, the split-K mutant, and any kernel registered for the family:
+``fn(x[M, K], w[N, K]) -> [M, N]``) x bf16/fp16/fp32 x the linear layers of
+Llama-3-8B and Qwen2-0.5B x oracles batch-size, batch-position, run-to-run.
+Stock rows are measured (the test passes whatever the verdict), the reference
+must be ``invariant``, mutants ``divergent``. The control is
+``mutant:splitk-matmul`` on the same shape for the batch oracles and the same
+mutant with a per-call split count for run-to-run.
+
+fp32 records carry the arithmetic actually used (``extra.precision``, see
+``reference_kernels.precision``); a kernel that runs TF32 is recorded under
+quantization ``fp32-tf32`` and flagged with ``extra.tf32 = true``.
+
+CPU (CI, 2 cores) runs the Llama o-projection (fp32) and Qwen2-0.5B's qkv
+projection (fp32, bf16) up to 33 rows; that is where stock fp32
+``F.linear`` on x86 shows ``{1} {2..15} {16..}``. CUDA runs every layer and
+dtype, with the profile's sweep (to 2049 rows in ``full``).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.family("matmul")
+
+# layer -> (K, N): x[M, K] @ w[N, K].T
+LLAMA3_8B = {
+    "qkv": (4096, 6144),
+    "o": (4096, 4096),
+    "gate_up": (4096, 28672),
+    "down": (14336, 4096),
+    "lm_head": (4096, 128256),
+}
+QWEN2_05B = {
+    "qkv": (896, 1152),
+    "o": (896, 896),
+    "gate_up": (896, 9728),
+    "down": (4864, 896),
+    "lm_head": (896, 151936),
+}
+MODELS = {"llama3-8b": LLAMA3_8B, "qwen2-0.5b": QWEN2_05B}
+# CPU: fp32 keeps the Llama o-projection (where stock x86 F.linear splits {1} {2..15} {16..});
+# bf16 on a CPU without AMX is slow, so the small model only.
+CPU_LAYERS = {"float32": (("llama3-8b", "o"), ("qwen2-0.5b", "qkv")), "bfloat16": (("qwen2-0.5b", "qkv"),)}
+INTERPRET_SHAPE = ("tiny", "tiny", 64, 48)  # the Triton interpreter: tiny shapes only
+CPU_BATCH_LIMIT = 33
+INTERPRET_LIMIT = 17
+ORACLES = ("batch-size", "batch-position", "run-to-run")
+QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
+DTYPES = {"cuda": ("bfloat16", "float16", "float32"), "cpu": ("float32", "bfloat16")}
+
+
+def _shapes(device: str, name: str, dtype: str) -> list[tuple[str, str, int, int]]:
+    if name.endswith("triton") and device == "cpu":
+        return [INTERPRET_SHAPE]
+    if device == "cpu":
+        return [(m, layer, *MODELS[m][layer]) for m, layer in CPU_LAYERS[dtype]]
+    return [(m, layer, k, n) for m, layers in MODELS.items() for layer, (k, n) in layers.items()]
+
+
+def _params() -> list:
+    from pytest_invariance.reference_kernels.matmul import register_builtin_gemm
+    from pytest_invariance.reference_kernels.registry import kernels
+
+    register_builtin_gemm()
+    out = []
+    for device in ("cpu", "cuda"):
+        marks = [pytest.mark.gpu] if device == "cuda" else []
+        for k in kernels("matmul", device):
+            for dtype in DTYPES[device]:
+                for model, layer, kk, n in _shapes(device, k.name, dtype):
+                    for oracle in ORACLES:
+                        out.append(
+                            pytest.param(
+                                device,
+                                k.name,
+                                dtype,
+                                (model, layer, kk, n),
+                                oracle,
+                                marks=[*marks, pytest.mark.quant(QUANT[dtype])],
+                                id=f"{device}-{k.name}-{model}.{layer}-{QUANT[dtype]}-{oracle}",
+                            )
+                        )
+    return out
+
+
+def _wide(shape: tuple[int, ...], seed: int, dtype, device: str):
+    """``oracles.inputs.wide_spread`` on the device's own generator (big weights never touch the CPU)."""
+    if device == "cpu":
+        from pytest_invariance.oracles.inputs import wide_spread
+
+        return wide_spread(shape, seed, dtype)
+    g = torch.Generator(device=device).manual_seed(int(seed))
+    base = torch.randn(shape, generator=g, dtype=torch.float32, device=device)
+    expo = (torch.rand(shape, generator=g, dtype=torch.float32, device=device) * 2 - 1) * 4.0
+    return (base * torch.exp2(expo)).to(dtype)
+
+
+@lru_cache(maxsize=2)
+def _weight(n: int, k: int, dtype_name: str, device: str):
+    return _wide((n, k), 7, getattr(torch, dtype_name), device)
+
+
+@lru_cache(maxsize=4)
+def _rows(rows: int, k: int, seed: int, dtype_name: str, device: str):
+    return _wide((rows, k), seed, getattr(torch, dtype_name), device)
+
+
+@lru_cache(maxsize=16)
+def _precision(device: str, name: str) -> dict:
+    """The arithmetic an implementation uses for fp32 (cached per device and implementation)."""
+    from pytest_invariance.reference_kernels.precision import classify_fp32_matmul
+    from pytest_invariance.reference_kernels.registry import kernels
+
+    kernel = next(k for k in kernels("matmul", device) if k.name == name)
+    small = name.endswith("triton") and device == "cpu"
+    res = (
+        classify_fp32_matmul(kernel.fn, device, m=16, n=16, k=64)
+        if small
+        else classify_fp32_matmul(kernel.fn, device)
+    )
+    return {**res.to_dict(), "quantization": res.quantization, "tf32": res.is_tf32}
+
+
+def _limit(device: str, name: str) -> int | None:
+    if device == "cpu":
+        return INTERPRET_LIMIT if name.endswith("triton") else CPU_BATCH_LIMIT
+    return None
+
+
+def _expect(role: str, expect: str, oracle: str) -> str:
+    """The registry's expectation, except that a batch mutant is only measured run-to-run."""
+    if role == "mutant" and oracle == "run-to-run":
+        return "measure"
+    return expect
+
+
+@pytest.mark.parametrize(("device", "name", "dtype_name", "shape", "oracle"), _params())
+def test_matmul(invariance, device, name, dtype_name, shape, oracle):
+    from pytest_invariance.reference_kernels.mutants.splitk_matmul import splitk_matmul, splitk_per_call
+    from pytest_invariance.reference_kernels.registry import kernels
+
+    kernel = next(k for k in kernels("matmul", device) if k.name == name)
+    model, layer, k, n = shape
+    dtype = getattr(torch, dtype_name)
+    w = _weight(n, k, dtype_name, device)
+    rows = max(invariance.batch_sizes(_limit(device, name)))
+    if oracle == "run-to-run":
+        control, control_name = splitk_per_call(), "mutant:splitk-matmul-per-call"
+    else:
+        control, control_name = splitk_matmul, "mutant:splitk-matmul"
+    quant, extra = QUANT[dtype_name], {}
+    if dtype == torch.float32:
+        prec = _precision(device, name)
+        quant = prec["quantization"]
+        extra = {"precision": prec, "tf32": prec["tf32"]}
+    method = {"batch-size": invariance.batch, "batch-position": invariance.position}.get(
+        oracle, invariance.run_to_run
+    )
+    method(
+        lambda x: kernel.fn(x, w),
+        lambda seed: _rows(rows, k, seed, dtype_name, device),
+        control=lambda x: control(x, w),
+        control_name=control_name,
+        family="matmul",
+        implementation=name,
+        quantization=quant,
+        dtype=dtype,
+        shape={"K": k, "N": n, "layer": f"{model}.{layer}"},
+        expect=_expect(kernel.role, kernel.expect, oracle),
+        limit=_limit(device, name),
+        extra=extra,
+    )
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu", "cuda"])
+def test_reference_fp32_is_ieee(device):
+    """The reference fp32 matmul must never run TF32 (or bf16) silently."""
+    from pytest_invariance.reference_kernels.matmul import linear
+    from pytest_invariance.reference_kernels.precision import IEEE, classify_fp32_matmul
+
+    res = classify_fp32_matmul(linear, device)
+    assert res.precision_class == IEEE, f"reference fp32 matmul on {device} looks {res.to_dict()}"
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1")
+def test_reference_triton_fp32_is_ieee_under_interpreter():
+    from pytest_invariance.reference_kernels.matmul import linear_interpret
+    from pytest_invariance.reference_kernels.precision import IEEE, classify_fp32_matmul
+
+    res = classify_fp32_matmul(linear_interpret, "cpu", m=16, n=16, k=64)
+    assert res.precision_class == IEEE, res.to_dict()
