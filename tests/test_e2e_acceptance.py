@@ -1,0 +1,74 @@
+"""Acceptance of issue 7, in CI: the e2e suites run as a user would run them (a separate pytest
+process, ``--invariance-url`` pointing at separately started bundled engines), the demo, and an
+unreachable URL. Kept to the ``single`` sweep so the 2-core CI budget holds; the full suites run
+in ``make test`` through suites/e2e."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from fake_server import closed_port_url
+
+from pytest_invariance.adapters.bundled import BundledEngine, missing_engine_deps
+
+pytestmark = pytest.mark.skipif(
+    bool(missing_engine_deps()), reason="the bundled engine needs fastapi and uvicorn"
+)
+
+
+def _pytest(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "pytest_invariance.suites.e2e", "-p", "no:cacheprovider",
+           "-p", "no:xdist", "-rA", *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_default_mode_url_inverse_passes_invariance_fails_with_evidence(tmp_path):
+    with BundledEngine(invariant=False, log_dir=tmp_path) as dflt:
+        url = dflt.base_url
+        res = _pytest("-k", "test_single or test_inverse[single]", f"--invariance-url={url}",
+                      f"--invariance-url-control={url}", "--invariance-engine=bundled",
+                      f"--invariance-records={tmp_path / 'r.jsonl'}")  # fmt: skip
+    out = res.stdout
+    assert res.returncode == 1, out[-3000:]
+    assert re.search(r"PASSED \S*test_inverse\.py::test_inverse\[single\]", out), out[-3000:]
+    assert re.search(r"FAILED \S*test_single\.py::test_single", out), out[-3000:]
+    assert (
+        "expected invariant, got divergent" in out and "unique" in out and "first divergence at token" in out
+    )
+    assert "MODE CHECK" in out and "reports mode default" in out
+    recs = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    single = [r for r in recs if not r["extra"].get("inverse")][0]
+    assert (
+        single["family"] == "engine" and single["implementation"] == "bundled" and single["mode"] == "default"
+    )
+    assert single["evidence"]["unique"] > 1 and single["evidence"]["concurrency"] == [1, 2, 4, 8, 16]
+    assert "reports mode default" in single["extra"]["mode_check"]
+
+
+def test_unreachable_url_fails_fast_with_a_clear_message():
+    url = closed_port_url()
+    t0 = time.monotonic()
+    res = _pytest(
+        "-k", "test_single", f"--invariance-url={url}", f"--invariance-url-control={url}", timeout=120
+    )
+    assert res.returncode != 0 and time.monotonic() - t0 < 60
+    assert f"--invariance-url {url} is unreachable" in res.stdout and "connection refused" in res.stdout
+
+
+def test_demo_default_diverges_invariant_does_not(tmp_path):
+    out = tmp_path / "demo"
+    res = subprocess.run([sys.executable, "-m", "pytest_invariance.demo", "--out", str(out), "--sweeps", "single"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    inv = [r for r in recs if r["mode"] == "invariant" and r["shape"]["sweep"] == "single"][0]
+    assert inv["verdict"] == "invariant" and inv["evidence"]["unique"] == 1
+    assert inv["control"]["diverged"] and inv["control"]["evidence"]["unique"] > 1
+    html = (out / "matrix.html").read_text()
+    assert "<svg" in html and "Engine: unique samples vs concurrency" in html
+    assert "default:" in res.stdout and "invariant: " in res.stdout and "1 unique" in res.stdout
