@@ -1,0 +1,138 @@
+"""Reference matmul kernels: accuracy against float64, invariance through the oracles, the mutant,
+and the fp32 precision classifier. The Triton kernel runs under its interpreter on tiny shapes."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_invariance.oracles.batch import batch_position_oracle, batch_size_oracle  # noqa: E402
+from pytest_invariance.oracles.bits import ulp_distance  # noqa: E402
+from pytest_invariance.oracles.inputs import rows_pool  # noqa: E402
+from pytest_invariance.reference_kernels import matmul  # noqa: E402
+from pytest_invariance.reference_kernels.mutants.splitk_matmul import (  # noqa: E402
+    split_count,
+    splitk_matmul,
+    splitk_per_call,
+)
+from pytest_invariance.reference_kernels.precision import (  # noqa: E402
+    BF16,
+    IEEE,
+    TF32,
+    classify_fp32_matmul,
+    round_mantissa,
+)
+
+pytest.importorskip("triton")
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+SIZES = [1, 2, 3, 15, 16, 17, 20]
+
+
+def _xw(dtype, k=40, n=24, rows=20):
+    return rows_pool(rows, (k,), 2, dtype), rows_pool(n, (k,), 1, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_linear_matches_float64(dtype, backend):
+    """Correctly rounded fp64 product for 16-bit outputs (exact products, fp32 sum of 40 terms),
+    and within fp32 accumulation error for fp32."""
+    x, w = _xw(dtype)
+    out = matmul.linear(x, w, backend=backend)
+    exact = x.double() @ w.double().T
+    if dtype == torch.float32:
+        bound = 40 * 2.0**-24 * (x.double().abs() @ w.double().abs().T)
+        assert ((out.double() - exact).abs() <= bound).all()
+    else:
+        assert ulp_distance(out, exact.to(dtype)).max() <= 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_mm_addmm_bmm_interpreter(dtype):
+    x, w = _xw(dtype)
+    b = w.t().contiguous()
+    bias = rows_pool(1, (24,), 3, dtype)[0]
+    tol = {"atol": 1e-3, "rtol": 1e-3} if dtype == torch.float32 else {"atol": 0.5, "rtol": 2e-2}
+    exact = x.double() @ b.double()
+    torch.testing.assert_close(matmul.mm(x, b, backend="interpret").double(), exact, **tol)
+    got = matmul.addmm(bias, x, b, beta=0.5, alpha=2.0, backend="interpret").double()
+    torch.testing.assert_close(got, 2.0 * exact + 0.5 * bias.double(), **tol)
+    a3, b3 = rows_pool(3, (5, 40), 4, dtype), rows_pool(3, (40, 7), 5, dtype)
+    torch.testing.assert_close(
+        matmul.bmm(a3, b3, backend="interpret").double(), a3.double() @ b3.double(), **tol
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_reference_is_batch_invariant(dtype, backend):
+    """Bitwise equal across batch sizes and positions (the control's divergence is shown in
+    ``test_splitk_mutant_diverges_and_splits_by_m`` and by the suites)."""
+    k = 64 if backend == "interpret" else 1024
+    x, w = _xw(dtype, k=k, n=32 if backend == "interpret" else 512)
+    f = lambda r: matmul.linear(r, w, backend=backend)  # noqa: E731
+    assert batch_size_oracle(f, x, SIZES).diverged is False
+    assert batch_position_oracle(f, x, [3, 17, 20]).diverged is False
+
+
+def test_splitk_mutant_diverges_and_splits_by_m():
+    assert [split_count(m, 4096) for m in (1, 8, 9, 32, 33, 128, 129)] == [8, 8, 4, 4, 2, 2, 1]
+    assert split_count(1, 3) == 3
+    x, w = _xw(torch.float32, k=1024, n=64, rows=40)
+    res = batch_size_oracle(lambda r: splitk_matmul(r, w), x, [1, 2, 8, 9, 33, 40])
+    assert res.diverged is True
+    assert len(res.classes) >= 3  # at least the 8-, 4- and 2-split classes
+
+
+def test_splitk_per_call_diverges_run_to_run():
+    x, w = _xw(torch.float32, k=1024, n=64, rows=4)
+    f = splitk_per_call()
+    a, b = f(x, w), f(x, w)
+    assert not torch.equal(a, b)
+
+
+def test_precision_classifier():
+    """IEEE fp32, TF32-emulated (inputs rounded to a 10-bit mantissa) and bf16-like products."""
+    assert classify_fp32_matmul(lambda a, b: a.double().mm(b.double().T).float()).precision_class == IEEE
+    tf32 = classify_fp32_matmul(lambda a, b: round_mantissa(a, 10) @ round_mantissa(b, 10).T)
+    assert tf32.precision_class == TF32 and tf32.is_tf32 and tf32.quantization == "fp32-tf32"
+    tf32_rz = classify_fp32_matmul(lambda a, b: round_mantissa(a, 10, "rz") @ round_mantissa(b, 10, "rz").T)
+    assert tf32_rz.precision_class == TF32
+    bf16 = classify_fp32_matmul(lambda a, b: a.bfloat16().float() @ b.bfloat16().float().T)
+    assert bf16.precision_class == BF16
+
+
+def test_reference_fp32_precision_is_ieee_on_both_backends():
+    assert classify_fp32_matmul(lambda a, b: matmul.linear(a, b, backend="cpu")).precision_class == IEEE
+    res = classify_fp32_matmul(lambda a, b: matmul.linear(a, b, backend="interpret"), m=16, n=16, k=64)
+    assert res.precision_class == IEEE
+
+
+def test_round_mantissa_matches_bf16_rounding():
+    x = rows_pool(1, (4096,), 9)[0]
+    assert torch.equal(round_mantissa(x, 7, "rn"), x.bfloat16().float())
+    assert torch.equal(round_mantissa(-x.abs(), 7, "rn"), (-x.abs()).bfloat16().float())
+
+
+def test_bad_backend_and_shapes_are_errors():
+    x, w = _xw(torch.float32)
+    with pytest.raises(ValueError, match="backend"):
+        matmul.linear(x, w, backend="nope")
+    with pytest.raises(ValueError):
+        splitk_matmul(x, w[:, :3])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_triton_reference_on_cuda_invariant_across_class_edge(dtype):
+    """On the GPU the decode (M <= 64) and large classes must give the same bits per row."""
+    x = rows_pool(300, (4096,), 2, dtype, "cuda")
+    w = rows_pool(4096, (4096,), 1, dtype, "cuda")
+    f = lambda r: matmul.linear(r, w)  # noqa: E731
+    res = batch_size_oracle(f, x, [1, 2, 63, 64, 65, 128, 129, 300])
+    assert res.diverged is False, res.describe()
+    exact = x.double() @ w.double().T
+    rel = ((f(x).double() - exact).norm() / exact.norm()).item()
+    assert rel < (1e-6 if dtype == torch.float32 else 1e-2)
