@@ -16,11 +16,13 @@ def register_all() -> None:
     register("attention-decode", "reference", decode_paged, role="reference", description=ref)
     if os.environ.get("TRITON_INTERPRET") == "1":
 
-        def prefill_interp(q, k, v, cu_q, cu_k, *, causal=True, scale=None):
-            return prefill_varlen(q, k, v, cu_q, cu_k, causal=causal, scale=scale, backend="triton")
+        def prefill_interp(q, k, v, cu_q, cu_k, *, causal=True, scale=None, split_size=256):
+            return prefill_varlen(
+                q, k, v, cu_q, cu_k, causal=causal, scale=scale, split_size=split_size, backend="triton"
+            )
 
-        def decode_interp(q, kc, vc, bt, lens, *, scale=None):
-            return decode_paged(q, kc, vc, bt, lens, scale=scale, backend="triton")
+        def decode_interp(q, kc, vc, bt, lens, *, scale=None, split_size=256):
+            return decode_paged(q, kc, vc, bt, lens, scale=scale, split_size=split_size, backend="triton")
 
         desc = "Triton kernels under the interpreter (CPU, tiny shapes; fp16/fp32 only: bf16 dots are wrong there)"
         register("attention-prefill", "reference-triton", prefill_interp, role="reference", description=desc)

@@ -252,6 +252,14 @@ def _merge_kernel(
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=om)
 
 
+def _block_n(split: int) -> int:
+    """Key block: BLOCK_N, or the split itself when smaller (tiny test splits); must tile the split."""
+    b = min(BLOCK_N, split)
+    if split % b or b < 16 or b & (b - 1):
+        raise ValueError(f"split size {split} must be a multiple of a power-of-two key block >= 16")
+    return b
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
@@ -280,8 +288,7 @@ def _tiles(len_q: torch.Tensor, tok_per_tile: int) -> tuple[torch.Tensor, torch.
 
 def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, paged, page, scale, split):
     g, d, qk_scale, block_d = _common(q, k.shape[-2], scale)
-    if split % BLOCK_N:
-        raise ValueError(f"split size {split} must be a multiple of BLOCK_N={BLOCK_N}")
+    blk_n = _block_n(split)
     q = q.contiguous()
     out = torch.empty_like(q)
     if q.shape[0] == 0:
@@ -294,7 +301,7 @@ def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, pa
         q, k, v, bt, out, dummy, dummy, dummy, tile_seq, tile_tok0,
         q_start, len_q, kv_start, kv_len, qk_scale,
         q.stride(0), q.stride(1), k.stride(-3), k.stride(-2), bt.stride(0), 0, q.shape[1], d,
-        G=g, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=block_d, SPLIT=split, CAUSAL=causal,
+        G=g, BLOCK_M=BLOCK_M, BLOCK_N=blk_n, BLOCK_D=block_d, SPLIT=split, CAUSAL=causal,
         PAGED=paged, PAGE=page, DECODE=False, IEEE=q.dtype == torch.float32,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )  # fmt: skip
@@ -335,8 +342,7 @@ def prefill_paged_triton(
 def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, split_size=256):
     """Split-KV decode: one program per (sequence, KV head, split), then a fixed-order merge."""
     g, d, qk_scale, block_d = _common(q, k_cache.shape[2], scale)
-    if split_size % BLOCK_N:
-        raise ValueError(f"split size {split_size} must be a multiple of BLOCK_N={BLOCK_N}")
+    blk_n = _block_n(split_size)
     dev = q.device
     q = q.contiguous()
     b, hq, _ = q.shape
@@ -359,7 +365,7 @@ def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=Non
     _attn_kernel[(b, hkv, max_splits)](
         q, k_cache, v_cache, bt, out, mp, lp, op, ar, zeros, ar, ones, zeros, lens, qk_scale,
         q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), bt.stride(0), max_splits, hq, d,
-        G=g, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=block_d, SPLIT=split_size, CAUSAL=True,
+        G=g, BLOCK_M=BLOCK_M, BLOCK_N=blk_n, BLOCK_D=block_d, SPLIT=split_size, CAUSAL=True,
         PAGED=True, PAGE=page, DECODE=True, IEEE=q.dtype == torch.float32,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )  # fmt: skip
