@@ -196,11 +196,13 @@ def bmm_triton(
     *,
     alpha: float = 1.0,
     beta: float = 1.0,
+    config: TileConfig | None = None,
 ) -> torch.Tensor:
     """``alpha * a[Z, M, K] @ b[Z, K, N] + beta * bias`` (bias broadcastable to [Z, M, N]).
 
     Any strides are accepted (``b`` may be a transposed weight view), so
-    ``linear`` never copies the weight.
+    ``linear`` never copies the weight. ``config`` overrides the fixed tile
+    config: for benchmarks comparing candidates only, never for results.
     """
     if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise ValueError(f"expected a[Z, M, K] and b[Z, K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -209,7 +211,7 @@ def bmm_triton(
     zdim, m, k = a.shape
     n = b.shape[2]
     kernel, interpret = _kernel_for(a.device)
-    cfg = pick_config(m, n, k, a.dtype, a.device, interpret)
+    cfg = config or pick_config(m, n, k, a.dtype, a.device, interpret)
     # The interpreter's fp32->bf16 cast does not round to nearest even as the GPU
     # does: under it, bf16 results are stored as fp32 and rounded by torch.
     widen_out = interpret and a.dtype == torch.bfloat16

@@ -1,0 +1,193 @@
+"""Cost of the reference GEMMs vs cuBLAS / ``torch._scaled_mm``, measured in the same run (CUDA).
+
+Cases: bf16 and fp16 at M=N=K=8192 (goal: reference >= 0.90x cuBLAS), decode
+shapes M in {1, 16, 32, 64} at the Llama-3-8B qkv/o/gate_up/down layers (goal:
+reference time <= 1.15x cuBLAS), prefill M in {512, 4096} at the same layers,
+fp32 (IEEE; TF32 off for the stock call too) at 4096^3, and FP8 e4m3 per-token
+at 8192^3 and the decode shapes against ``torch._scaled_mm`` (goal >= 0.8x).
+Timing: ``triton.testing.do_bench`` median after warm-up, each call taking the
+next (x, w) pair of a ring larger than 4x the L2 cache. Every configuration
+also gets a quick batch-size verdict (reference vs the split-K mutant as
+control), so the cost never travels without the invariance it buys.
+
+    python benchmarks/bench_gemm.py --out "$OUT"            # all cases
+    python benchmarks/bench_gemm.py --out "$OUT" --sweep    # + candidate large tile configs at 8192^3
+
+writes ``$OUT/bench_gemm.jsonl`` (one ``perf`` record per configuration, with
+``cost``) and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from _common import PerfWriter, bench_ms, cost, quick_verdict, ring
+
+LLAMA = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
+DECODE_M = (1, 16, 32, 64)
+PREFILL_M = (512, 4096)
+QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
+# Candidate large-M configs for --sweep: (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages).
+SWEEP = (
+    (128, 256, 64, 8, 8, 3),
+    (128, 256, 64, 8, 8, 4),
+    (128, 128, 64, 8, 4, 4),
+    (128, 128, 64, 8, 8, 5),
+    (256, 128, 64, 8, 8, 3),
+)
+
+
+def _cases(args) -> list[tuple[str, str, int, int, int]]:
+    """(kind, dtype, M, K, N)."""
+    out = []
+    for dt in ("bfloat16", "float16"):
+        out.append(("matmul", dt, 8192, 8192, 8192))
+    for k, n in LLAMA.values():
+        for m in (*DECODE_M, *PREFILL_M):
+            out.append(("matmul", "bfloat16", m, k, n))
+    out.append(("matmul", "float32", 4096, 4096, 4096))
+    out.append(("fp8", "float8_e4m3fn", 8192, 8192, 8192))
+    for k, n in LLAMA.values():
+        for m in DECODE_M:
+            out.append(("fp8", "float8_e4m3fn", m, k, n))
+    if args.only:
+        out = [c for c in out if c[0] == args.only]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="directory for bench_gemm.jsonl")
+    ap.add_argument("--sweep", action="store_true", help="also time candidate large tile configs at 8192^3")
+    ap.add_argument("--only", choices=("matmul", "fp8"), help="one family only")
+    args = ap.parse_args(argv)
+
+    import torch
+    import torch.nn.functional as F
+    from pytest_invariance.oracles.inputs import rows_pool
+    from pytest_invariance.reference_kernels import fp8 as fp8mod
+    from pytest_invariance.reference_kernels.matmul import linear
+    from pytest_invariance.reference_kernels.matmul_triton import TileConfig, bmm_triton
+    from pytest_invariance.reference_kernels.mutants.fp8_dynamic_scale import fp8_dynamic_scale_linear
+    from pytest_invariance.reference_kernels.mutants.splitk_matmul import splitk_matmul
+
+    if not torch.cuda.is_available():
+        print("bench_gemm: CUDA is required (the reference kernels are Triton on GPU)", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False  # stock fp32 must be IEEE too
+    dev = "cuda"
+    writer = PerfWriter(args.out, "bench_gemm")
+    table = []
+    verdicts: dict[tuple, tuple] = {}
+
+    def randn(shape, seed, dtype):
+        g = torch.Generator(device=dev).manual_seed(seed)
+        return torch.randn(shape, generator=g, device=dev, dtype=torch.float32).to(dtype)
+
+    for kind, dt_name, m, k, n in _cases(args):
+        if kind == "matmul":
+            dtype = getattr(torch, dt_name)
+            esize = dtype.itemsize
+            pairs = ring(
+                lambda i, m=m, k=k, n=n, d=dtype: (randn((m, k), 2 * i, d), randn((n, k), 2 * i + 1, d)),
+                (m * k + n * k) * esize,
+                cap=64,
+            )
+            ref, stock, stock_name, quant = linear, F.linear, "torch (cuBLAS)", QUANT[dt_name]
+            key = (kind, dt_name, k, n)
+            if key not in verdicts:
+                w0 = rows_pool(n, (k,), 1, dtype, dev)
+                verdicts[key] = quick_verdict(
+                    lambda r, w=w0: linear(r, w),
+                    lambda r, w=w0: splitk_matmul(r, w),
+                    rows_pool(129, (k,), 0, dtype, dev),
+                )
+            family = "matmul"
+        else:
+            if not fp8mod.scaled_mm_available(dev):
+                print(f"skip fp8 M={m} K={k} N={n}: torch._scaled_mm unavailable", file=sys.stderr)
+                continue
+            esize = 1
+
+            def make(i, m=m, k=k, n=n):
+                wq, ws = fp8mod.quantize_weight(randn((n, k), 2 * i + 1, torch.float32))
+                return randn((m, k), 2 * i, torch.bfloat16), wq, ws
+
+            pairs = ring(make, m * k * 2 + n * k, cap=64)
+            ref, stock, stock_name = fp8mod.fp8_linear, fp8mod.stock_fp8_linear, "torch._scaled_mm"
+            quant, dtype, family = fp8mod.QUANT_TOKEN, torch.bfloat16, "fp8-gemm"
+            key = (kind, k, n)
+            if key not in verdicts:
+                wq0, ws0 = fp8mod.quantize_weight(rows_pool(n, (k,), 1, torch.float32, dev))
+                verdicts[key] = quick_verdict(
+                    lambda r, a=wq0, b=ws0: fp8mod.fp8_linear(r, a, b),
+                    lambda r, a=wq0, b=ws0: fp8_dynamic_scale_linear(r, a, b),
+                    rows_pool(129, (k,), 0, torch.float32, dev),
+                )
+        ref_ms = bench_ms(ref, pairs)
+        stock_ms = bench_ms(stock, pairs)
+        flops = 2.0 * m * n * k
+        nbytes = (m * k + n * k) * esize + m * n * 2
+        verdict, evidence, control = verdicts[key]
+        c = cost(
+            ref_ms,
+            stock_ms,
+            stock_name,
+            implementation_tflops=round(flops / ref_ms / 1e9, 1),
+            stock_tflops=round(flops / stock_ms / 1e9, 1),
+            implementation_gbps=round(nbytes / ref_ms / 1e6, 1),
+            stock_gbps=round(nbytes / stock_ms / 1e6, 1),
+        )
+        writer.write(
+            case=f"{family}[{quant}-M{m}-K{k}-N{n}]",
+            family=family,
+            implementation="reference",
+            verdict=verdict,
+            quantization=quant,
+            dtype=dtype,
+            shape={"M": m, "K": k, "N": n},
+            evidence=evidence,
+            control=control,
+            cost=c,
+            extra={"verdict_oracle": "batch-size (sizes 1..129)"},
+        )
+        table.append((family, quant, m, k, n, ref_ms, stock_ms, verdict))
+        del pairs
+        torch.cuda.empty_cache()
+
+    if args.sweep and args.only != "fp8":
+        for dt_name in ("bfloat16",):
+            dtype = getattr(torch, dt_name)
+            pairs = ring(
+                lambda i, d=dtype: (randn((8192, 8192), 2 * i, d), randn((8192, 8192), 2 * i + 1, d)),
+                2 * 8192 * 8192 * 2,
+                cap=8,
+            )
+            stock_ms = bench_ms(F.linear, pairs)
+            for cfg_t in SWEEP:
+                cfg = TileConfig(*cfg_t)
+
+                def run(x, w, cfg=cfg):
+                    return bmm_triton(x.unsqueeze(0), w.t().unsqueeze(0), config=cfg)[0]
+
+                try:
+                    ms = bench_ms(run, pairs)
+                except Exception as exc:  # noqa: BLE001 - a config that does not compile is reported, not fatal
+                    print(f"sweep {cfg_t}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    continue
+                table.append((f"sweep{cfg_t}", QUANT[dt_name], 8192, 8192, 8192, ms, stock_ms, "-"))
+            del pairs
+
+    print(f"records: {writer.path}")
+    print(
+        f"{'family':<28}{'quant':<16}{'M':>6}{'K':>7}{'N':>8}{'ref ms':>10}{'stock ms':>10}{'ratio':>7}  verdict"
+    )
+    for fam, quant, m, k, n, r, s, v in table:
+        print(f"{fam:<28}{quant:<16}{m:>6}{k:>7}{n:>8}{r:>10.4f}{s:>10.4f}{s / r:>7.3f}  {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
