@@ -1,0 +1,209 @@
+"""Reference attention: accuracy against fp64 softmax attention, and the exact properties it promises.
+
+CPU torch path at small shapes; the Triton kernels under TRITON_INTERPRET=1 (fp32/fp16:
+the interpreter's bf16 dots are wrong); CUDA cases marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_invariance.oracles.bits import bit_view  # noqa: E402
+from pytest_invariance.oracles.inputs import wide_spread  # noqa: E402
+from pytest_invariance.reference_kernels import attention as A  # noqa: E402
+from pytest_invariance.reference_kernels.mutants import splitkv_decode as M  # noqa: E402
+
+SPLIT = 16
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(bit_view(a.cpu()), bit_view(b.cpu()))
+
+
+def exact_attention(q, k, v, causal=True):
+    """fp64 softmax attention of the last len(q) positions (GQA by repeating KV heads)."""
+    g = q.shape[1] // k.shape[1]
+    kk, vv = k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
+    lq, lk = q.shape[0], k.shape[0]
+    s = torch.einsum("qhd,khd->hqk", q.double(), kk) / math.sqrt(q.shape[2])
+    if causal:
+        qpos = torch.arange(lk - lq, lk)[:, None]
+        s = s.masked_fill(torch.arange(lk)[None, :] > qpos, -math.inf)
+    return torch.einsum("hqk,khd->qhd", s.softmax(-1), vv)
+
+
+def seqs(lens, heads=(4, 2, 16), dtype=torch.float32, seed=0, device="cpu"):
+    hq, hkv, d = heads
+    return [
+        (
+            wide_spread((n, hq, d), seed + 3 * i, dtype, decades=1.0, device=device),
+            wide_spread((n, hkv, d), seed + 3 * i + 1, dtype, decades=1.0, device=device),
+            wide_spread((n, hkv, d), seed + 3 * i + 2, dtype, decades=1.0, device=device),
+        )
+        for i, n in enumerate(lens)
+    ]
+
+
+def cu_of(lens, device="cpu"):
+    c = [0]
+    for n in lens:
+        c.append(c[-1] + n)
+    return torch.tensor(c, dtype=torch.int32, device=device)
+
+
+def prefill(ss, backend="torch", split=SPLIT):
+    lens = [s[0].shape[0] for s in ss]
+    cu = cu_of(lens, ss[0][0].device)
+    q, k, v = (torch.cat([s[i] for s in ss]) for i in range(3))
+    return list(torch.split(A.prefill_varlen(q, k, v, cu, cu, split_size=split, backend=backend), lens))
+
+
+def paged(ss, lens, page=4):
+    """Caches holding sequence i's first lens[i] K/V, blocks scattered in reverse order."""
+    hkv, d = ss[0][1].shape[1:]
+    nblk = [-(-n // page) for n in lens]
+    kc = torch.full((sum(nblk) + 2, page, hkv, d), float("nan"), dtype=ss[0][1].dtype)
+    vc = kc.clone()
+    bt = torch.zeros((len(lens), max(nblk)), dtype=torch.int32)
+    nxt = sum(nblk)
+    for i, n in enumerate(lens):
+        nxt -= nblk[i]
+        bt[i, : nblk[i]] = torch.arange(nxt, nxt + nblk[i])
+        A.write_kv(kc, vc, ss[i][1][:n], ss[i][2][:n], A.slot_mapping_for(bt, i, 0, n, page))
+    return kc, vc, bt, torch.tensor(lens, dtype=torch.int32)
+
+
+LENS = [1, 15, 16, 17, 40]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_prefill_matches_fp64_attention(dtype):
+    ss = seqs(LENS, dtype=dtype)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
+    for (q, k, v), out in zip(ss, prefill(ss), strict=True):
+        assert out.dtype == dtype
+        ref = exact_attention(q, k, v)
+        assert (out.double() - ref).abs().max().item() <= tol * max(1.0, ref.abs().max().item())
+
+
+def test_noncausal_prefill_matches_fp64_attention():
+    ((q, k, v),) = seqs([23])
+    cu = cu_of([23])
+    out = A.prefill_varlen(q, k, v, cu, cu, causal=False, split_size=SPLIT)
+    assert torch.allclose(out.double(), exact_attention(q, k, v, causal=False), atol=1e-5)
+
+
+def test_prefill_row_alone_equals_row_in_batch():
+    ss = seqs(LENS)
+    batched = prefill(ss)
+    for s, out in zip(ss, batched, strict=True):
+        assert same_bits(prefill([s])[0], out)
+
+
+def test_decode_equals_prefill_at_every_position():
+    ((q, k, v),) = seqs([40], heads=(8, 2, 16))
+    whole = prefill([(q, k, v)])[0]
+    for t in range(40):
+        kc, vc, bt, sl = paged([(q, k, v)], [t + 1])
+        d = A.decode_paged(q[t : t + 1], kc, vc, bt, sl, split_size=SPLIT)
+        assert same_bits(d[0], whole[t]), f"position {t}"
+
+
+def test_decode_invariant_to_batch_and_cache_placement():
+    ss = seqs([17, 40, 3, 33, 16])
+    lens = [s[0].shape[0] for s in ss]
+    qs = torch.stack([s[0][-1] for s in ss])
+    out = A.decode_paged(qs, *paged(ss, lens), split_size=SPLIT)
+    alone = A.decode_paged(qs[:1], *paged(ss[:1], lens[:1], page=8), split_size=SPLIT)
+    assert same_bits(out[0], alone[0])
+
+
+@pytest.mark.parametrize("chunk", [SPLIT, SPLIT // 2 + 1, 7, 3 * SPLIT])
+def test_chunked_prefill_equals_whole_for_any_chunk(chunk):
+    ((q, k, v),) = seqs([57])
+    whole = prefill([(q, k, v)])[0]
+    parts = []
+    for a in range(0, 57, chunk):
+        b = min(57, a + chunk)
+        parts.append(A.prefill_varlen(q[a:b], k[:b], v[:b], cu_of([b - a]), cu_of([b]), split_size=SPLIT))
+    assert same_bits(torch.cat(parts), whole)
+
+
+def test_prefill_paged_equals_prefill_varlen():
+    ss = seqs([40, 9])
+    whole = prefill(ss)
+    kc, vc, bt, sl = paged(ss, [40, 9])
+    # Chunk of the last 10 tokens of seq 0 and all of seq 1, against the cache.
+    q = torch.cat([ss[0][0][30:], ss[1][0]])
+    out = A.prefill_paged(q, kc, vc, bt, cu_of([10, 9]), sl, split_size=SPLIT)
+    assert same_bits(out[:10], whole[0][30:]) and same_bits(out[10:], whole[1])
+
+
+def test_split_size_changes_bits():
+    """The split size is part of the arithmetic: a different one must show up (the test can fail)."""
+    ss = seqs([40])
+    assert not same_bits(prefill(ss, split=16)[0][-1], prefill(ss, split=32)[0][-1])
+
+
+def test_gqa_group_must_divide():
+    ((q, k, v),) = seqs([4], heads=(3, 2, 16))
+    with pytest.raises(ValueError, match="multiple"):
+        A.prefill_varlen(q, k, v, cu_of([4]), cu_of([4]))
+
+
+def test_mutant_split_count_follows_batch_and_diverges():
+    assert M.num_splits(1, 8, 4096) > M.num_splits(64, 8, 4096) == 1
+    ss = seqs([40] * 9)
+    lens = [40] * 9
+    qs = torch.stack([s[0][-1] for s in ss])
+    kw = {"min_keys": 4, "sm_count": 8}
+    alone = M.splitkv_decode(qs[:1], *paged(ss[:1], lens[:1]), **kw)
+    batched = M.splitkv_decode(qs, *paged(ss, lens), **kw)
+    assert torch.allclose(alone[0], batched[0], atol=1e-5)
+    assert not same_bits(alone[0], batched[0])
+
+
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="Triton interpreter only (TRITON_INTERPRET=1)"
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_interpreter_properties(dtype):
+    ss = seqs([1, 17, 40], heads=(4, 2, 16), dtype=dtype)
+    out = prefill(ss, backend="triton")
+    tol = 1e-5 if dtype == torch.float32 else 3e-3
+    for (q, k, v), o in zip(ss, out, strict=True):
+        assert (o.double() - exact_attention(q, k, v)).abs().max().item() < tol
+    assert same_bits(prefill(ss[1:2], backend="triton")[0], out[1])
+    q, k, v = ss[2]
+    for t in (0, 15, 16, 39):
+        kc, vc, bt, sl = paged([ss[2]], [t + 1])
+        d = A.decode_paged(q[t : t + 1], kc, vc, bt, sl, split_size=SPLIT, backend="triton")
+        assert same_bits(d[0], out[2][t]), f"position {t}"
+    parts = [
+        A.prefill_varlen(q[a : a + 7], k[: a + 7], v[: a + 7], cu_of([min(7, 40 - a)]), cu_of([min(40, a + 7)]),
+                         split_size=SPLIT, backend="triton")
+        for a in range(0, 40, 7)
+    ]  # fmt: skip
+    assert same_bits(torch.cat(parts), out[2])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_triton_properties():
+    ss = seqs([1, 255, 256, 257, 1000], heads=(32, 8, 128), dtype=torch.bfloat16, device="cuda")
+    out = prefill(ss, backend="triton", split=256)
+    for (q, k, v), o in zip(ss, out, strict=True):
+        ref = exact_attention(q.cpu(), k.cpu(), v.cpu())
+        assert (o.cpu().double() - ref).abs().max().item() < 3e-2
+    assert same_bits(prefill(ss[3:4], backend="triton", split=256)[0], out[3])
+    q, k, v = ss[4]
+    whole = out[4]
+    for t in (0, 255, 256, 511, 999):
+        kc, vc, bt, sl = (x.cuda() for x in paged([(q.cpu(), k.cpu(), v.cpu())], [t + 1], page=16))
+        d = A.decode_paged(q[t : t + 1], kc, vc, bt, sl)
+        assert same_bits(d[0], whole[t]), f"position {t}"
