@@ -99,11 +99,12 @@ def register_builtin_rowops() -> None:
 
 
 def register_builtins() -> None:
-    """Register every built-in implementation (row ops here; GEMM, attention, MoE where present)."""
+    """Register every built-in implementation: row ops, GEMM and FP8, attention, MoE."""
+    from .attention import register_builtin_attention
+    from .matmul import register_builtin_gemm
+    from .moe import register_builtin_moe
+
     register_builtin_rowops()
-    try:
-        from .matmul import register_builtin_gemm
-    except ImportError:
-        pass
-    else:
-        register_builtin_gemm()
+    register_builtin_gemm()
+    register_builtin_attention()
+    register_builtin_moe()
