@@ -4,7 +4,7 @@
 # the named phases, collect every record into $OUT/records.jsonl, pack full
 # logs into $OUT/logs.tar.gz and print a short table last.
 #   bash scripts/gpu_run.sh [--profile quick|full] PHASE...
-# Phases: env, moe, rowops, matmul, attention, unit, bench-moe, bench-rowops, bench-gemm, bench-attention, engine
+# Phases: env unit matmul rowops attention attention-stock moe bench-gemm bench-rowops bench-attention bench-moe engine
 set -u
 PROFILE=quick
 if [ "${1:-}" = "--profile" ]; then PROFILE=$2; shift 2; fi
@@ -30,16 +30,17 @@ phase() {  # name limit_s command...
 for p in "$@"; do
   case $p in
     env) phase env 60 python3 -c "import torch, triton; p = torch.cuda.get_device_properties(0); print(torch.__version__, triton.__version__, p.name, p.multi_processor_count, torch.version.cuda)";;
-    moe) phase moe 420 "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
-    rowops) phase rowops 300 "${PYT[@]}" suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;
-    matmul) phase matmul 420 "${PYT[@]}" suites/ops/test_matmul.py suites/ops/test_fp8.py -m gpu;;
-    attention) phase attention 420 "${PYT[@]}" suites/ops/test_attention.py -m gpu;;
-    unit) phase unit 300 "${PYT[@]}" tests -m gpu;;
-    bench-moe) phase bench-moe 240 python3 benchmarks/bench_moe.py;;
-    bench-rowops) phase bench-rowops 240 python3 benchmarks/bench_rowops.py --out "$WORK";;
-    bench-gemm) phase bench-gemm 300 python3 benchmarks/bench_gemm.py --out "$WORK";;
-    bench-attention) phase bench-attention 300 python3 benchmarks/bench_attention.py --out "$WORK";;
-    engine) phase engine 300 python3 benchmarks/bench_engine.py --out "$WORK";;
+    moe) phase moe 120 "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
+    rowops) phase rowops 150 "${PYT[@]}" suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;
+    matmul) phase matmul 200 "${PYT[@]}" suites/ops/test_matmul.py suites/ops/test_fp8.py -m gpu;;
+    attention) phase attention 150 "${PYT[@]}" suites/ops/test_attention.py -m gpu -k "reference or mutant";;
+    attention-stock) phase attention-stock 200 "${PYT[@]}" suites/ops/test_attention.py -m gpu -k "torch and not L8192 and not L4096";;
+    unit) phase unit 120 "${PYT[@]}" tests -m gpu;;
+    bench-moe) phase bench-moe 150 python3 benchmarks/bench_moe.py;;
+    bench-rowops) phase bench-rowops 90 python3 benchmarks/bench_rowops.py --out "$WORK";;
+    bench-gemm) phase bench-gemm 150 python3 benchmarks/bench_gemm.py --out "$WORK";;
+    bench-attention) phase bench-attention 150 python3 benchmarks/bench_attention.py --quick;;
+    engine) phase engine 240 python3 benchmarks/bench_engine.py --model llama3-8b --device cuda --batches 1,8,64 --out "$WORK";;
     *) echo "unknown phase $p" >>"$SUMMARY";;
   esac
 done
