@@ -25,11 +25,14 @@ def wide_spread(
     The spread is moderate by default so fp16/bf16 and fp8 stay in range
     after a few products; pass ``decades`` to widen it.
     """
-    g = torch.Generator().manual_seed(int(seed))
-    base = torch.randn(shape, generator=g, dtype=torch.float32)
-    expo = (torch.rand(shape, generator=g, dtype=torch.float32) * 2 - 1) * decades
+    dev = torch.device(device)
+    # Generated where it is used: CPU generation of GPU-sized pools (33 sequences of
+    # 8192 tokens x 32 heads) costs minutes. Values differ per device type, never per run.
+    g = torch.Generator(device=dev).manual_seed(int(seed))
+    base = torch.randn(shape, generator=g, dtype=torch.float32, device=dev)
+    expo = (torch.rand(shape, generator=g, dtype=torch.float32, device=dev) * 2 - 1) * decades
     x = base * torch.exp2(expo)
-    return x.to(dtype).to(device)
+    return x.to(dtype)
 
 
 def rows_pool(

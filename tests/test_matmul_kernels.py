@@ -135,4 +135,5 @@ def test_triton_reference_on_cuda_invariant_across_class_edge(dtype):
     assert res.diverged is False, res.describe()
     exact = x.double() @ w.double().T
     rel = ((f(x).double() - exact).norm() / exact.norm()).item()
-    assert rel < (1e-6 if dtype == torch.float32 else 1e-2)
+    # IEEE fp32 over K=4096 lands near 1e-6 relative; TF32 would be ~1e-3, so 1e-5 still tells them apart.
+    assert rel < (1e-5 if dtype == torch.float32 else 1e-2)

@@ -142,7 +142,12 @@ def _control(kernels: dict, family: str, device: str, oracle: str):
     fn = kernels[name].fn
     kw = {"min_keys": CPU_MUTANT_KW["min_keys"]} if device == "cpu" else {}
     if oracle == "run-to-run":
-        return varying_sm_count(functools.partial(fn, **kw)), f"{name} (SM budget varying per call)"
+        # An occupancy target of SMs x resident blocks that changes per call: with the
+        # whole pool in one call even 132 SMs give one split, so the budget must reach past it.
+        budgets = (132 * 16, 132 * 4, 132, 8)
+        return varying_sm_count(
+            functools.partial(fn, **kw), budgets
+        ), f"{name} (occupancy target varying per call)"
     return _fn(kernels[name], device), name
 
 
