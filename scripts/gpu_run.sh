@@ -4,7 +4,7 @@
 # the named phases, collect every record into $OUT/records.jsonl, pack full
 # logs into $OUT/logs.tar.gz and print a short table last.
 #   bash scripts/gpu_run.sh [--profile quick|full] PHASE...
-# Phases: env unit matmul rowops attention attention-stock moe bench-gemm bench-rowops bench-attention bench-moe engine
+# Phases: env unit matmul rowops attention attention-stock moe bench-gemm bench-rowops bench-attention bench-moe engine e2e
 set -u
 PROFILE=quick
 if [ "${1:-}" = "--profile" ]; then PROFILE=$2; shift 2; fi
@@ -12,6 +12,11 @@ OUT=${OUT:-$PWD/out}
 WORK=$(mktemp -d)
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# The engine's server needs FastAPI/uvicorn, absent from the GPU image: carried as wheels in .whl/.
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$WORK/install.log" 2>&1 \
   || python3 -m pip install -q --no-deps --no-build-isolation . >>"$WORK/install.log" 2>&1 \
   || { echo "install failed"; tail -20 "$WORK/install.log"; exit 1; }
@@ -40,6 +45,7 @@ for p in "$@"; do
     bench-rowops) phase bench-rowops 90 python3 benchmarks/bench_rowops.py --out "$WORK";;
     bench-gemm) phase bench-gemm 150 python3 benchmarks/bench_gemm.py --out "$WORK";;
     bench-attention) phase bench-attention 150 python3 benchmarks/bench_attention.py --quick;;
+    e2e) phase e2e 200 bash scripts/gpu_e2e.sh "$WORK";;
     engine) phase engine 240 python3 benchmarks/bench_engine.py --model llama3-8b --device cuda --batches 1,8,64 --out "$WORK";;
     *) echo "unknown phase $p" >>"$SUMMARY";;
   esac

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# End-to-end on the GPU: the bundled engine on CUDA in invariant and default
+# mode, the e2e suites against both (invariant as target, default as control).
+set -u
+WORK=$1
+python3 -m pytest_invariance.engine.server --device cuda --batch-invariant --port 8001 >"$WORK/engine-invariant.log" 2>&1 &
+INV=$!
+python3 -m pytest_invariance.engine.server --device cuda --port 8002 >"$WORK/engine-default.log" 2>&1 &
+DEF=$!
+trap 'kill $INV $DEF 2>/dev/null' EXIT
+for port in 8001 8002; do
+  for _ in $(seq 1 90); do
+    python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" 2>/dev/null && break
+    sleep 2
+  done
+done
+python3 -m pytest suites/e2e -q -p no:cacheprovider -rfE \
+  --invariance-url http://127.0.0.1:8001 --invariance-url-control http://127.0.0.1:8002 \
+  --invariance-engine bundled --invariance-records "$WORK/records.jsonl"
