@@ -35,7 +35,7 @@ phase() {  # name limit_s command...
 for p in "$@"; do
   case $p in
     env) phase env 60 python3 -c "import torch, triton; p = torch.cuda.get_device_properties(0); print(torch.__version__, triton.__version__, p.name, p.multi_processor_count, torch.version.cuda)";;
-    moe) phase moe 120 "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
+    moe) phase moe 100 "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
     rowops) phase rowops 150 "${PYT[@]}" suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;
     matmul) phase matmul 200 "${PYT[@]}" suites/ops/test_matmul.py suites/ops/test_fp8.py -m gpu;;
     attention) phase attention 150 "${PYT[@]}" suites/ops/test_attention.py -m gpu -k "reference or mutant";;
@@ -45,8 +45,8 @@ for p in "$@"; do
     bench-rowops) phase bench-rowops 90 python3 benchmarks/bench_rowops.py --out "$WORK";;
     bench-gemm) phase bench-gemm 150 python3 benchmarks/bench_gemm.py --out "$WORK";;
     bench-attention) phase bench-attention 150 python3 benchmarks/bench_attention.py --quick;;
-    e2e) phase e2e 200 bash scripts/gpu_e2e.sh "$WORK";;
-    engine) phase engine 240 python3 benchmarks/bench_engine.py --model llama3-8b --device cuda --batches 1,8,64 --out "$WORK";;
+    e2e) phase e2e 150 bash scripts/gpu_e2e.sh "$WORK";;
+    engine) phase engine 150 python3 benchmarks/bench_engine.py --model llama3-8b --device cuda --batches 1,8,64 --out "$WORK";;
     *) echo "unknown phase $p" >>"$SUMMARY";;
   esac
 done
