@@ -8,9 +8,11 @@ INV=$!
 python3 -m pytest_invariance.engine.server --device cuda --port 8002 >"$WORK/engine-default.log" 2>&1 &
 DEF=$!
 trap 'kill $INV $DEF 2>/dev/null' EXIT
-for port in 8001 8002; do
-  for _ in $(seq 1 90); do
-    python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" 2>/dev/null && break
+for spec in "8001 $INV invariant" "8002 $DEF default"; do
+  set -- $spec
+  for _ in $(seq 1 60); do
+    kill -0 "$2" 2>/dev/null || { echo "engine ($3) exited:"; tail -5 "$WORK/engine-$3.log"; exit 1; }
+    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=2)" 2>/dev/null && break
     sleep 2
   done
 done

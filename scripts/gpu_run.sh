@@ -39,6 +39,7 @@ for p in "$@"; do
     rowops) phase rowops 150 "${PYT[@]}" suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;
     matmul) phase matmul 200 "${PYT[@]}" suites/ops/test_matmul.py suites/ops/test_fp8.py -m gpu;;
     attention) phase attention 150 "${PYT[@]}" suites/ops/test_attention.py -m gpu -k "reference or mutant";;
+    attention-quick) phase attention-quick 200 "${PYT[@]}" --invariance-trials=1 --durations=12 suites/ops/test_attention.py -m gpu -k "(reference or mutant) and not L8192 and not L1-";;
     attention-stock) phase attention-stock 200 "${PYT[@]}" suites/ops/test_attention.py -m gpu -k "torch and not L8192 and not L4096";;
     unit) phase unit 120 "${PYT[@]}" tests -m gpu;;
     bench-moe) phase bench-moe 150 python3 benchmarks/bench_moe.py;;
