@@ -21,30 +21,14 @@ import time
 
 import torch
 
-from pytest_invariance.engine.config import ModelConfig
+from pytest_invariance.engine.config import ModelConfig, llama3_8b_sized
 from pytest_invariance.engine.llm import LLM
 from pytest_invariance.engine.sampler import SamplingParams
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import PerfWriter  # noqa: E402
 
-MODELS = {
-    "demo": ModelConfig(),
-    "llama3-8b": ModelConfig(
-        name="synthetic-llama3-8b",
-        vocab_size=128256,
-        hidden=4096,
-        layers=32,
-        heads=32,
-        kv_heads=8,
-        head_dim=128,
-        intermediate=14336,
-        rope_theta=500000.0,
-        max_position=8192,
-        bos_token_id=None,
-        eos_token_id=None,
-    ),
-}
+MODELS = {"demo": ModelConfig(), "llama3-8b": llama3_8b_sized(vocab_size=128256)}
 
 
 def sync(device: str) -> None:

@@ -46,7 +46,7 @@ for p in "$@"; do
     bench-rowops) phase bench-rowops 90 python3 benchmarks/bench_rowops.py --out "$WORK";;
     bench-gemm) phase bench-gemm 150 python3 benchmarks/bench_gemm.py --out "$WORK";;
     bench-attention) phase bench-attention 150 python3 benchmarks/bench_attention.py --quick;;
-    e2e) phase e2e 150 bash scripts/gpu_e2e.sh "$WORK";;
+    e2e) phase e2e "${E2E_LIMIT:-150}" bash scripts/gpu_e2e.sh "$WORK";;
     engine) phase engine 150 python3 benchmarks/bench_engine.py --model llama3-8b --device cuda --batches 1,8,64 --out "$WORK";;
     *) echo "unknown phase $p" >>"$SUMMARY";;
   esac

@@ -138,3 +138,27 @@ class EngineConfig:
     @property
     def mode(self) -> str:
         return "invariant" if self.batch_invariant else "default"
+
+
+def llama3_8b_sized(vocab_size: int = BYTE_VOCAB_SIZE) -> ModelConfig:
+    """Llama-3-8B's shapes (hidden 4096, 32 layers, GQA 32/8, SwiGLU 14336) with synthetic weights.
+
+    The GEMM and attention shapes are what decide kernel choice on a GPU; the byte-level
+    vocabulary keeps text in and out of the server lossless.
+    """
+    return ModelConfig(
+        name="synthetic-llama3-8b",
+        vocab_size=vocab_size,
+        hidden=4096,
+        layers=32,
+        heads=32,
+        kv_heads=8,
+        head_dim=128,
+        intermediate=14336,
+        rope_theta=500000.0,
+        max_position=8192,
+        **({} if vocab_size == BYTE_VOCAB_SIZE else {"bos_token_id": None, "eos_token_id": None}),
+    )
+
+
+PRESETS = {"demo": ModelConfig, "llama3-8b": llama3_8b_sized}

@@ -362,10 +362,14 @@ DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp1
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags of ``pytest-invariance serve``."""
+    from .config import PRESETS
+
     p = _Parser(prog="pytest-invariance serve", description="Serve the bundled engine over HTTP.")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: loopback only)")
     p.add_argument("--port", type=_port, default=8000)
     p.add_argument("--batch-invariant", action="store_true", help="route every kernel to reference_kernels")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="demo",
+                   help="synthetic model shape (default demo; llama3-8b for a GPU)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="model dtype (default: the model's)")
     p.add_argument("--max-num-seqs", type=_positive("--max-num-seqs"), default=64)
@@ -392,7 +396,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
     """An ``EngineConfig`` from parsed flags; ValueError/OSError for anything unusable."""
     import os
 
-    from .config import EngineConfig, ModelConfig
+    from .config import PRESETS, EngineConfig, ModelConfig
 
     if args.device != "cpu" and not (args.device == "cuda" or args.device.startswith("cuda:")):
         raise ValueError(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
@@ -401,7 +405,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
 
         if not torch.cuda.is_available():
             raise ValueError(f"--device {args.device}: CUDA is not available")
-    model = ModelConfig()
+    model = PRESETS[args.preset]()
     if args.model is not None:
         if not os.path.isfile(os.path.join(args.model, "config.json")):
             raise ValueError(f"--model {args.model!r}: no config.json in that directory")
