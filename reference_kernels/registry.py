@@ -14,7 +14,9 @@ performs the ``register`` calls. A registered kernel is expected to be
 Call signatures per family (rows on dim 0 are the batch):
 
 - ``matmul``: ``fn(x[M, K], w[N, K]) -> x @ w.T`` of x's dtype
-- ``fp8-gemm``: ``fn(x[M, K] float, w_fp8[N, K], w_scale) -> bf16 [M, N]`` (activation quantized inside)
+- ``fp8-gemm``: ``fn(x[M, K] float, w_fp8[N, K], w_scale, x_scale=None) -> bf16 [M, N]``; the kernel
+  quantizes the activation itself, per token when ``x_scale`` is None, with the static per-tensor
+  ``x_scale`` otherwise; a ``fn.quantization`` attribute names what it does (default ``fp8-e4m3``)
 - ``rmsnorm``: ``fn(x[M, H], weight[H], eps) -> [M, H]``
 - ``softmax``: ``fn(x[M, V]) -> log_softmax(x, -1)``; ``mean``: ``fn(x[M, V]) -> x.mean(-1)``
 - attention and MoE families document their signatures in their own modules.
