@@ -258,11 +258,24 @@ def _skip_unavailable(device: str, name: str) -> None:
         pytest.skip("reference-triton runs under TRITON_INTERPRET=1 only")
 
 
-@pytest.mark.family("attention-prefill")
-@pytest.mark.parametrize(("device", "name", "cfg", "length", "oracle"), _params("attention-prefill", ORACLES))
-def test_attention_prefill(invariance, device, name, cfg, length, oracle):
+def _prefill_rows(fn, pool: Pool, rows: torch.Tensor) -> torch.Tensor:
+    """Prefill of the pool sequences named by ``rows[:, 0]``, padded to one batch."""
+    return pool.pad(run_prefill(fn, [pool.seqs[int(i)] for i in rows[:, 0]]))
+
+
+def _decode_rows(fn, pool: Pool, rows: torch.Tensor) -> torch.Tensor:
+    """Decode step of each pool sequence named by ``rows[:, 0]`` (query = last token)."""
+    seqs = [pool.seqs[int(i)] for i in rows[:, 0]]
+    lens = [s[0].shape[0] for s in seqs]
+    return run_decode(fn, [s[0][-1] for s in seqs], [s[1] for s in seqs], [s[2] for s in seqs], lens)
+
+
+def _check_attention(
+    invariance, family: str, device: str, name: str, cfg: str, length: int, oracle: str, run_rows
+) -> None:
+    """One attention check; prefill and decode differ only in how a batch of rows runs."""
     _skip_unavailable(device, name)
-    kernels = {k.name: k for k in _kernels("attention-prefill", device)}
+    kernels = {k.name: k for k in _kernels(family, device)}
     kernel = kernels[name]
     heads, dt = _heads(device, cfg), getattr(torch, _dtype(device, name))
     sizes = _sizes(invariance, device, length)
@@ -270,19 +283,19 @@ def test_attention_prefill(invariance, device, name, cfg, length, oracle):
 
     def as_rows(fn):
         def run(rows: torch.Tensor) -> torch.Tensor:
-            return pool.pad(run_prefill(fn, [pool.seqs[int(i)] for i in rows[:, 0]]))
+            return run_rows(fn, pool, rows)
 
         return run
 
     control, ctl_name = None, None
     if kernel.role != "mutant":
-        ctl, ctl_name = _control(kernels, "attention-prefill", device, oracle)
+        ctl, ctl_name = _control(kernels, family, device, oracle)
         control = as_rows(ctl)
     invariance.check(
         as_rows(_fn(kernel, device)),
         pool.make,
         oracle=oracle,
-        family="attention-prefill",
+        family=family,
         implementation=name,
         quantization=QUANT[_dtype(device, name)],
         dtype=dt,
@@ -295,47 +308,18 @@ def test_attention_prefill(invariance, device, name, cfg, length, oracle):
         trials=_trials(invariance, device),
         extra={"device": device},
     )
+
+
+@pytest.mark.family("attention-prefill")
+@pytest.mark.parametrize(("device", "name", "cfg", "length", "oracle"), _params("attention-prefill", ORACLES))
+def test_attention_prefill(invariance, device, name, cfg, length, oracle):
+    _check_attention(invariance, "attention-prefill", device, name, cfg, length, oracle, _prefill_rows)
 
 
 @pytest.mark.family("attention-decode")
 @pytest.mark.parametrize(("device", "name", "cfg", "length", "oracle"), _params("attention-decode", ORACLES))
 def test_attention_decode(invariance, device, name, cfg, length, oracle):
-    _skip_unavailable(device, name)
-    kernels = {k.name: k for k in _kernels("attention-decode", device)}
-    kernel = kernels[name]
-    heads, dt = _heads(device, cfg), getattr(torch, _dtype(device, name))
-    sizes = _sizes(invariance, device, length)
-    pool = Pool(heads, dt, device, length, max(sizes), mixed=kernel.role != "stock")
-
-    def as_rows(fn):
-        def run(rows: torch.Tensor) -> torch.Tensor:
-            seqs = [pool.seqs[int(i)] for i in rows[:, 0]]
-            lens = [s[0].shape[0] for s in seqs]
-            return run_decode(fn, [s[0][-1] for s in seqs], [s[1] for s in seqs], [s[2] for s in seqs], lens)
-
-        return run
-
-    control, ctl_name = None, None
-    if kernel.role != "mutant":
-        ctl, ctl_name = _control(kernels, "attention-decode", device, oracle)
-        control = as_rows(ctl)
-    invariance.check(
-        as_rows(_fn(kernel, device)),
-        pool.make,
-        oracle=oracle,
-        family="attention-decode",
-        implementation=name,
-        quantization=QUANT[_dtype(device, name)],
-        dtype=dt,
-        shape=_shape(cfg, heads, length, device, pool.mixed),
-        control=control,
-        control_name=ctl_name,
-        expect=_expect(kernel, length),
-        batch_sizes=sizes,
-        repeats=3 if device == "cpu" else None,
-        trials=_trials(invariance, device),
-        extra={"device": device},
-    )
+    _check_attention(invariance, "attention-decode", device, name, cfg, length, oracle, _decode_rows)
 
 
 def _shape(cfg: str, heads, length: int, device: str, mixed: bool | None = None) -> dict:
