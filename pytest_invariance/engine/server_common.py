@@ -8,6 +8,7 @@ caught and turned into a 400 as a second line of defence.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
+from starlette.responses import StreamingResponse
 
 from .async_loop import AsyncEngine, RequestStream, SubmitSpec
 from .protocol import APIError
@@ -269,6 +271,29 @@ def sse_error(err: BaseException) -> str:
     if isinstance(err, APIError):
         return sse(err.body())
     return sse({"error": {"message": str(err), "type": "server_error", "param": None, "code": None}})
+
+
+def sse_response(streams: list[RequestStream], body: AsyncIterator[str]) -> StreamingResponse:
+    """An SSE response around ``body``'s events, ended the same way on every route.
+
+    The 200 status is sent before the first event, so an error can only be reported in-band;
+    the engine requests are aborted however the stream ends (client gone included), and
+    ``[DONE]`` comes last.
+    """
+
+    async def events() -> AsyncIterator[str]:
+        try:
+            async with contextlib.aclosing(body):
+                async for event in body:
+                    yield event
+        except Exception as e:  # noqa: BLE001 - reported in-band: the 200 status is already sent
+            yield sse_error(e)
+        finally:
+            for s in streams:
+                s.abort()
+        yield sse("[DONE]")
+
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 StreamFactory = Callable[[], AsyncIterator[str]]

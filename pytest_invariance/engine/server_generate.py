@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from .async_loop import SubmitSpec
 from .protocol import (
@@ -39,7 +39,7 @@ from .server_common import (
     resolve_max_tokens,
     sample_seed,
     sse,
-    sse_error,
+    sse_response,
     submit,
     until_disconnect,
 )
@@ -214,19 +214,12 @@ async def generate(ctx: ServerContext, request: Request, body: Any) -> Response:
         return JSONResponse(rendered[0] if single else rendered)
 
     async def events() -> AsyncIterator[str]:
-        try:
-            async for i, out in merged(streams):
-                r = results[i]
-                if r.done:
-                    continue
-                r.feed(out, streams[i])
-                emitted = r.tracker.text[: r.tracker.emitted]
-                yield sse({**_render(ctx, items[i], with_text, emitted), "index": i})
-        except Exception as e:  # noqa: BLE001 - reported in-band: the 200 status is already sent
-            yield sse_error(e)
-        finally:
-            for s in streams:
-                s.abort()
-        yield sse("[DONE]")
+        async for i, out in merged(streams):
+            r = results[i]
+            if r.done:
+                continue
+            r.feed(out, streams[i])
+            emitted = r.tracker.text[: r.tracker.emitted]
+            yield sse({**_render(ctx, items[i], with_text, emitted), "index": i})
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    return sse_response(streams, events())

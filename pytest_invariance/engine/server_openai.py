@@ -8,11 +8,11 @@ lossy by nature (a lone byte of a multi-byte character decodes to U+FFFD); ids a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from .async_loop import SubmitSpec
 from .protocol import (
@@ -38,7 +38,7 @@ from .server_common import (
     resolve_max_tokens,
     sample_seed,
     sse,
-    sse_error,
+    sse_response,
     submit,
     until_disconnect,
 )
@@ -89,6 +89,25 @@ def _usage(results: list[SequenceResult]) -> dict[str, Any]:
 
 def _stop_reason(r: SequenceResult) -> int | str | None:
     return r.matched if r.finish_reason == "stop" else None
+
+
+def _envelope(
+    ctx: ServerContext, cid: str, obj: str, model: str, choices: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
+    """The fields every completion object and chunk starts with, in OpenAI's order."""
+    return {"id": cid, "object": obj, "created": ctx.created, "model": model, "choices": choices, **extra}
+
+
+def _chunker(ctx: ServerContext, cid: str, obj: str, model: str, include_usage: bool) -> Callable[..., str]:
+    """One SSE chunk per call; ``usage`` is a key of every chunk when the client asked for it."""
+
+    def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None, **extra: Any) -> str:
+        payload = _envelope(ctx, cid, obj, model, choices, **extra)
+        if include_usage:
+            payload["usage"] = usage
+        return sse(payload)
+
+    return chunk
 
 
 class _LegacyLogprobs:
@@ -215,79 +234,52 @@ async def completions(ctx: ServerContext, request: Request, body: Any) -> Respon
             if req.prompt_logprobs is not None:
                 choice["prompt_logprobs"] = _vllm_prompt_logprobs(ctx, r)
             choices.append(choice)
-        return JSONResponse(
-            {
-                "id": cid,
-                "object": "text_completion",
-                "created": ctx.created,
-                "model": model,
-                "choices": choices,
-                "usage": _usage(results),
-            }
-        )
+        return JSONResponse(_envelope(ctx, cid, "text_completion", model, choices, usage=_usage(results)))
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    chunk = _chunker(ctx, cid, "text_completion", model, include_usage)
 
     async def events() -> AsyncIterator[str]:
-        def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
-            payload: dict[str, Any] = {
-                "id": cid,
-                "object": "text_completion",
-                "created": ctx.created,
-                "model": model,
-                "choices": choices,
-            }
-            if include_usage:
-                payload["usage"] = usage
-            return sse(payload)
-
         started = [False] * len(results)
-        try:
-            async for i, out in merged(streams):
-                r = results[i]
-                if r.done:
-                    continue
-                head_text = ""
-                head: dict[str, Any] = {}
-                if not started[i]:
-                    started[i] = True
-                    head = {"prompt_token_ids": r.prompt_ids}
-                    if req.echo:
-                        head_text = ctx.tokenizer.decode(r.prompt_ids)
-                    if req.prompt_logprobs is not None:
-                        r.prompt_logprobs = out.prompt_logprobs
-                        r.prompt_top_logprobs = getattr(out, "prompt_top_logprobs", None)
-                        head["prompt_logprobs"] = _vllm_prompt_logprobs(ctx, r)
-                n_before = len(r.token_ids)
-                delta, new = r.feed(out, streams[i])
-                logprobs = None
-                if req.logprobs is not None and new:
-                    logprobs = legacy.build(
-                        r.token_ids[n_before:], r.logprobs[n_before:], r.top_logprobs[n_before:], 0
-                    )
-                yield chunk(
-                    [
-                        {
-                            "index": r.index,
-                            "text": head_text + delta,
-                            "logprobs": logprobs,
-                            "finish_reason": r.finish_reason,
-                            "stop_reason": _stop_reason(r) if r.done else None,
-                            "token_ids": r.token_ids[n_before:],
-                            **head,
-                        }
-                    ]
+        async for i, out in merged(streams):
+            r = results[i]
+            if r.done:
+                continue
+            head_text = ""
+            head: dict[str, Any] = {}
+            if not started[i]:
+                started[i] = True
+                head = {"prompt_token_ids": r.prompt_ids}
+                if req.echo:
+                    head_text = ctx.tokenizer.decode(r.prompt_ids)
+                if req.prompt_logprobs is not None:
+                    r.prompt_logprobs = out.prompt_logprobs
+                    r.prompt_top_logprobs = getattr(out, "prompt_top_logprobs", None)
+                    head["prompt_logprobs"] = _vllm_prompt_logprobs(ctx, r)
+            n_before = len(r.token_ids)
+            delta, new = r.feed(out, streams[i])
+            logprobs = None
+            if req.logprobs is not None and new:
+                logprobs = legacy.build(
+                    r.token_ids[n_before:], r.logprobs[n_before:], r.top_logprobs[n_before:], 0
                 )
-            if include_usage:
-                yield chunk([], _usage(results))
-        except Exception as e:  # noqa: BLE001 - reported in-band: the 200 status is already sent
-            yield sse_error(e)
-        finally:
-            for s in streams:
-                s.abort()
-        yield sse("[DONE]")
+            yield chunk(
+                [
+                    {
+                        "index": r.index,
+                        "text": head_text + delta,
+                        "logprobs": logprobs,
+                        "finish_reason": r.finish_reason,
+                        "stop_reason": _stop_reason(r) if r.done else None,
+                        "token_ids": r.token_ids[n_before:],
+                        **head,
+                    }
+                ]
+            )
+        if include_usage:
+            yield chunk([], _usage(results))
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    return sse_response(streams, events())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,86 +360,61 @@ async def chat_completions(ctx: ServerContext, request: Request, body: Any) -> R
                     "token_ids": r.token_ids,
                 }
             )
-        payload: dict[str, Any] = {
-            "id": cid,
-            "object": "chat.completion",
-            "created": ctx.created,
-            "model": model,
-            "choices": choices,
-            "usage": _usage(results),
-            "prompt_token_ids": ids,
-        }
+        payload = _envelope(
+            ctx, cid, "chat.completion", model, choices, usage=_usage(results), prompt_token_ids=ids
+        )
         if req.prompt_logprobs is not None:
             payload["prompt_logprobs"] = _vllm_prompt_logprobs(ctx, results[0])
         return JSONResponse(payload)
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    chunk = _chunker(ctx, cid, "chat.completion.chunk", model, include_usage)
 
     async def events() -> AsyncIterator[str]:
-        def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None, **extra: Any) -> str:
-            payload: dict[str, Any] = {
-                "id": cid,
-                "object": "chat.completion.chunk",
-                "created": ctx.created,
-                "model": model,
-                "choices": choices,
-                **extra,
-            }
-            if include_usage:
-                payload["usage"] = usage
-            return sse(payload)
-
-        try:
-            for r in results:
-                yield chunk(
-                    [
-                        {
-                            "index": r.index,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    ],
-                    prompt_token_ids=ids if r.index == 0 else None,
-                )
-            async for i, out in merged(streams):
-                r = results[i]
-                if r.done:
-                    continue
-                n_before = len(r.token_ids)
-                delta, new = r.feed(out, streams[i])
-                logprobs = None
-                if k is not None and new:
-                    logprobs = {
-                        "content": [
-                            _chat_logprob_entry(ctx, t, lp, top)
-                            for t, lp, top in zip(
-                                r.token_ids[n_before:],
-                                r.logprobs[n_before:],
-                                r.top_logprobs[n_before:],
-                                strict=True,
-                            )
-                        ]
+        for r in results:
+            yield chunk(
+                [
+                    {
+                        "index": r.index,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
                     }
-                yield chunk(
-                    [
-                        {
-                            "index": r.index,
-                            "delta": {"content": delta} if delta or not r.done else {},
-                            "logprobs": logprobs,
-                            "finish_reason": r.finish_reason,
-                            "stop_reason": _stop_reason(r) if r.done else None,
-                            "token_ids": r.token_ids[n_before:],
-                        }
+                ],
+                prompt_token_ids=ids if r.index == 0 else None,
+            )
+        async for i, out in merged(streams):
+            r = results[i]
+            if r.done:
+                continue
+            n_before = len(r.token_ids)
+            delta, new = r.feed(out, streams[i])
+            logprobs = None
+            if k is not None and new:
+                logprobs = {
+                    "content": [
+                        _chat_logprob_entry(ctx, t, lp, top)
+                        for t, lp, top in zip(
+                            r.token_ids[n_before:],
+                            r.logprobs[n_before:],
+                            r.top_logprobs[n_before:],
+                            strict=True,
+                        )
                     ]
-                )
-            if include_usage:
-                yield chunk([], _usage(results))
-        except Exception as e:  # noqa: BLE001 - reported in-band: the 200 status is already sent
-            yield sse_error(e)
-        finally:
-            for s in streams:
-                s.abort()
-        yield sse("[DONE]")
+                }
+            yield chunk(
+                [
+                    {
+                        "index": r.index,
+                        "delta": {"content": delta} if delta or not r.done else {},
+                        "logprobs": logprobs,
+                        "finish_reason": r.finish_reason,
+                        "stop_reason": _stop_reason(r) if r.done else None,
+                        "token_ids": r.token_ids[n_before:],
+                    }
+                ]
+            )
+        if include_usage:
+            yield chunk([], _usage(results))
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    return sse_response(streams, events())
