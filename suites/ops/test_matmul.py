@@ -26,43 +26,18 @@ from functools import lru_cache
 
 import pytest
 
+from ._gemmsuite import LLAMA3_8B, QWEN2_05B, gemm_params, limit, oracle_method, shapes, wide
+
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.family("matmul")
 
-# layer -> (K, N): x[M, K] @ w[N, K].T
-LLAMA3_8B = {
-    "qkv": (4096, 6144),
-    "o": (4096, 4096),
-    "gate_up": (4096, 28672),
-    "down": (14336, 4096),
-    "lm_head": (4096, 128256),
-}
-QWEN2_05B = {
-    "qkv": (896, 1152),
-    "o": (896, 896),
-    "gate_up": (896, 9728),
-    "down": (4864, 896),
-    "lm_head": (896, 151936),
-}
 MODELS = {"llama3-8b": LLAMA3_8B, "qwen2-0.5b": QWEN2_05B}
 # CPU: fp32 keeps the Llama o-projection (where stock x86 F.linear splits {1} {2..15} {16..});
 # bf16 on a CPU without AMX is slow, so the small model only.
 CPU_LAYERS = {"float32": (("llama3-8b", "o"), ("qwen2-0.5b", "qkv")), "bfloat16": (("qwen2-0.5b", "qkv"),)}
-INTERPRET_SHAPE = ("tiny", "tiny", 64, 48)  # the Triton interpreter: tiny shapes only
-CPU_BATCH_LIMIT = 33
-INTERPRET_LIMIT = 17
-ORACLES = ("batch-size", "batch-position", "run-to-run")
 QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
 DTYPES = {"cuda": ("bfloat16", "float16", "float32"), "cpu": ("float32", "bfloat16")}
-
-
-def _shapes(device: str, name: str, dtype: str) -> list[tuple[str, str, int, int]]:
-    if name.endswith("triton") and device == "cpu":
-        return [INTERPRET_SHAPE]
-    if device == "cpu":
-        return [(m, layer, *MODELS[m][layer]) for m, layer in CPU_LAYERS[dtype]]
-    return [(m, layer, k, n) for m, layers in MODELS.items() for layer, (k, n) in layers.items()]
 
 
 def _dtypes(device: str, name: str) -> tuple[str, ...]:
@@ -73,52 +48,26 @@ def _dtypes(device: str, name: str) -> tuple[str, ...]:
     return DTYPES[device]
 
 
+def _variants(device: str, kernel) -> list:
+    return [
+        (dtype, QUANT[dtype], shape)
+        for dtype in _dtypes(device, kernel.name)
+        for shape in shapes(device, kernel.name, MODELS, CPU_LAYERS[dtype] if device == "cpu" else ())
+    ]
+
+
 def _params() -> list:
-    from pytest_invariance.reference_kernels.matmul import register_builtin_gemm
-    from pytest_invariance.reference_kernels.registry import kernels
-
-    register_builtin_gemm()
-    out = []
-    for device in ("cpu", "cuda"):
-        marks = [pytest.mark.gpu] if device == "cuda" else []
-        for k in kernels("matmul", device):
-            for dtype in _dtypes(device, k.name):
-                for model, layer, kk, n in _shapes(device, k.name, dtype):
-                    for oracle in ORACLES:
-                        out.append(
-                            pytest.param(
-                                device,
-                                k.name,
-                                dtype,
-                                (model, layer, kk, n),
-                                oracle,
-                                marks=[*marks, pytest.mark.quant(QUANT[dtype])],
-                                id=f"{device}-{k.name}-{model}.{layer}-{QUANT[dtype]}-{oracle}",
-                            )
-                        )
-    return out
-
-
-def _wide(shape: tuple[int, ...], seed: int, dtype, device: str):
-    """``oracles.inputs.wide_spread`` on the device's own generator (big weights never touch the CPU)."""
-    if device == "cpu":
-        from pytest_invariance.oracles.inputs import wide_spread
-
-        return wide_spread(shape, seed, dtype)
-    g = torch.Generator(device=device).manual_seed(int(seed))
-    base = torch.randn(shape, generator=g, dtype=torch.float32, device=device)
-    expo = (torch.rand(shape, generator=g, dtype=torch.float32, device=device) * 2 - 1) * 4.0
-    return (base * torch.exp2(expo)).to(dtype)
+    return gemm_params("matmul", _variants)
 
 
 @lru_cache(maxsize=2)
 def _weight(n: int, k: int, dtype_name: str, device: str):
-    return _wide((n, k), 7, getattr(torch, dtype_name), device)
+    return wide((n, k), 7, device, getattr(torch, dtype_name))
 
 
 @lru_cache(maxsize=4)
 def _rows(rows: int, k: int, seed: int, dtype_name: str, device: str):
-    return _wide((rows, k), seed, getattr(torch, dtype_name), device)
+    return wide((rows, k), seed, device, getattr(torch, dtype_name))
 
 
 @lru_cache(maxsize=16)
@@ -137,12 +86,6 @@ def _precision(device: str, name: str) -> dict:
     return {**res.to_dict(), "quantization": res.quantization, "tf32": res.is_tf32}
 
 
-def _limit(device: str, name: str) -> int | None:
-    if device == "cpu":
-        return INTERPRET_LIMIT if name.endswith("triton") else CPU_BATCH_LIMIT
-    return None
-
-
 def _expect(role: str, expect: str, oracle: str) -> str:
     """The registry's expectation, except that a batch mutant is only measured run-to-run."""
     if role == "mutant" and oracle == "run-to-run":
@@ -159,7 +102,7 @@ def test_matmul(invariance, device, name, dtype_name, shape, oracle):
     model, layer, k, n = shape
     dtype = getattr(torch, dtype_name)
     w = _weight(n, k, dtype_name, device)
-    rows = max(invariance.batch_sizes(_limit(device, name)))
+    rows = max(invariance.batch_sizes(limit(device, name)))
     if oracle == "run-to-run":
         control, control_name = splitk_per_call(), "mutant:splitk-matmul-per-call"
     else:
@@ -169,10 +112,7 @@ def test_matmul(invariance, device, name, dtype_name, shape, oracle):
         prec = _precision(device, name)
         quant = prec["quantization"]
         extra = {"precision": prec, "tf32": prec["tf32"]}
-    method = {"batch-size": invariance.batch, "batch-position": invariance.position}.get(
-        oracle, invariance.run_to_run
-    )
-    method(
+    oracle_method(invariance, oracle)(
         lambda x: kernel.fn(x, w),
         lambda seed: _rows(rows, k, seed, dtype_name, device),
         control=lambda x: control(x, w),
@@ -183,7 +123,7 @@ def test_matmul(invariance, device, name, dtype_name, shape, oracle):
         dtype=dtype,
         shape={"K": k, "N": n, "layer": f"{model}.{layer}"},
         expect=_expect(kernel.role, kernel.expect, oracle),
-        limit=_limit(device, name),
+        limit=limit(device, name),
         extra=extra,
     )
 
