@@ -19,9 +19,11 @@ Both compute each token's output from that token's data alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from .experts_torch import fp8_experts_torch, fused_experts_torch, quantize_weight
+from .experts_torch import fp8_experts_torch, fused_experts_torch, quantize_rows, quantize_weight
 from .register import register_builtin_moe
 from .router import route, route_topk_stock
 
@@ -45,13 +47,23 @@ def fused_experts_fp8(
     w_down_scale: torch.Tensor,
     weights: torch.Tensor,
     ids: torch.Tensor,
+    *,
+    quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] = quantize_rows,
 ) -> torch.Tensor:
-    """Batch-invariant FP8 experts with per-token activation scales (Triton on CUDA)."""
+    """Batch-invariant FP8 experts with per-token activation scales (Triton on CUDA).
+
+    ``quantize`` chooses the activation scales; the one dispatch for every FP8 experts variant
+    (the batch-scale mutant passes a per-tensor quantizer).
+    """
     if x.is_cuda:
         from .fused_triton import fp8_experts_triton
 
-        return fp8_experts_triton(x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids)
-    return fp8_experts_torch(x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids)
+        return fp8_experts_triton(
+            x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids, quantize=quantize
+        )
+    return fp8_experts_torch(
+        x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids, quantize=quantize
+    )
 
 
 __all__ = [

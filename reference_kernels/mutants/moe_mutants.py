@@ -18,15 +18,12 @@
 from __future__ import annotations
 
 import itertools
+from functools import partial
 
 import torch
 
-from ..moe.experts_torch import (
-    check_shapes,
-    fp8_experts_torch,
-    quantize_tensor,
-    slot_outputs_torch,
-)
+from ..moe import fused_experts_fp8
+from ..moe.experts_torch import check_shapes, quantize_tensor, slot_outputs_torch
 from ..moe.router import group_mask, scores_of
 
 
@@ -66,25 +63,9 @@ class RoundRobinTieRouter:
 round_robin_ties_router = RoundRobinTieRouter()
 
 
-def fp8_experts_batch_scale(
-    x: torch.Tensor,
-    w_gate_up: torch.Tensor,
-    w_down: torch.Tensor,
-    w_gate_up_scale: torch.Tensor,
-    w_down_scale: torch.Tensor,
-    weights: torch.Tensor,
-    ids: torch.Tensor,
-) -> torch.Tensor:
-    """FP8 experts with one activation scale per batch (max over all tokens)."""
-    if x.is_cuda:
-        from ..moe.fused_triton import fp8_experts_triton
-
-        return fp8_experts_triton(
-            x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids, quantize=quantize_tensor
-        )
-    return fp8_experts_torch(
-        x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids, quantize=quantize_tensor
-    )
+# FP8 experts with one activation scale per batch (max over all tokens): the reference dispatch
+# with a per-tensor quantizer.
+fp8_experts_batch_scale = partial(fused_experts_fp8, quantize=quantize_tensor)
 
 
 _calls = itertools.count()
