@@ -71,6 +71,17 @@ fp8_experts_batch_scale = partial(fused_experts_fp8, quantize=quantize_tensor)
 _calls = itertools.count()
 
 
+def reset_moe_mutants() -> None:
+    """Put the stateful mutants back at their initial state.
+
+    Suites call this at the start of each test, so a test's evidence depends only on
+    its own calls, never on which tests ran before it in the same (xdist worker) process.
+    """
+    global _calls
+    round_robin_ties_router.cursor = 0
+    _calls = itertools.count()
+
+
 def experts_atomic_combine(
     x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
 ) -> torch.Tensor:

@@ -134,6 +134,14 @@ def _route_kw(cfg: dict) -> dict:
     }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_mutant_state():
+    """Stateful mutants start afresh in every test (serial and xdist runs then agree)."""
+    from pytest_invariance.reference_kernels.mutants.moe_mutants import reset_moe_mutants
+
+    reset_moe_mutants()
+
+
 @pytest.mark.parametrize(("device", "name", "cfg_name", "ties", "oracle"), _params("moe-router", TIES))
 def test_moe_router(invariance, device, name, cfg_name, ties, oracle):
     from pytest_invariance.reference_kernels.mutants.moe_mutants import round_robin_ties_router
