@@ -87,19 +87,28 @@ def fingerprint() -> dict:
     return {"hardware": hw, "software": sw}
 
 
-def describe(fp: dict | None = None) -> str:
-    """One line for the pytest report header."""
-    fp = fp or fingerprint()
-    hw, sw = fp["hardware"], fp["software"]
-    if hw["kind"] == "cuda":
-        dev = (
-            f"{hw['name']} x{hw['device_count']} (sm_{hw['compute_capability'].replace('.', '')}, "
-            f"{hw['sm_count']} SMs, driver {hw.get('driver') or '?'}, CUDA {hw.get('cuda')})"
-        )
+def _nvidia_gpus() -> list[str]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def header_line() -> str:
+    """Report-header line built without importing torch (nvidia-smi and package metadata),
+    so a session that never touches an invariance test does not pay for torch."""
+    gpus = _nvidia_gpus()
+    if gpus:
+        dev = f"{gpus[0]} x{len(gpus)} (name, driver; from nvidia-smi)"
     else:
-        dev = f"{hw['name']} ({hw['cores']} cores, no CUDA)"
-    soft = ", ".join(f"{k} {v}" for k, v in (("torch", sw["torch"]), ("triton", sw["triton"])) if v)
-    return f"invariance: {dev}; {soft or 'torch not installed'}; python {sw['python']}"
+        dev = f"{_cpu_model()} ({os.cpu_count() or 0} cores, no NVIDIA GPU seen)"
+    soft = ", ".join(f"{m} {v}" for m in ("torch", "triton") if (v := _version(m)))
+    return f"invariance: {dev}; {soft or 'torch not installed'}; python {platform.python_version()}"
 
 
 def cuda_available() -> bool:

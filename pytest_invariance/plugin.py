@@ -207,7 +207,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     from pytest_invariance import hardware
 
     s = config.stash[_SESSION]
-    return f"{hardware.describe()} | profile {s.settings.profile}, trials {s.settings.trials}, run {s.settings.run_id}"
+    return f"{hardware.header_line()} | profile {s.settings.profile}, trials {s.settings.trials}, run {s.settings.run_id}"
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -157,6 +157,12 @@ def test_header_names_hardware(pytester: pytest.Pytester, xdist: list[str]) -> N
     result.stdout.fnmatch_lines(["invariance: * | profile quick, trials 3, run *"])
 
 
+def test_a_plain_session_does_not_import_torch(pytester: pytest.Pytester) -> None:
+    """Header, options and hooks of a non-quiet session in an unrelated project stay torch-free."""
+    pytester.makepyfile(test_plain="import sys\ndef test_plain():\n    assert 'torch' not in sys.modules\n")
+    pytester.runpytest_subprocess("-v").assert_outcomes(passed=1)
+
+
 def test_plugin_import_does_not_import_torch() -> None:
     code = "import sys, pytest_invariance.plugin; assert 'torch' not in sys.modules, 'torch imported'; " \
            "assert 'pandas' not in sys.modules, 'pandas imported'"
