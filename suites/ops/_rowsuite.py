@@ -10,6 +10,8 @@ from functools import lru_cache
 
 import pytest
 
+from ._expect import expect_for  # noqa: F401  (re-exported for the row suites)
+
 DTYPES = ("bfloat16", "float16", "float32")
 QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
 ORACLES = ("batch-size", "batch-position", "run-to-run")
@@ -67,14 +69,6 @@ def _pool(rows: int, width: int, seed: int, dtype_name: str, device: str, decade
 def pool_inputs(rows: int, width: int, dtype_name: str, device: str, decades: float = 4.0):
     """``seed -> rows`` of order-sensitive values, cached so the control sees the same tensors cheaply."""
     return lambda seed: _pool(rows, width, seed, dtype_name, device, decades)
-
-
-def expect_for(role: str, expect: str, oracle: str) -> str:
-    """What a check demands: the registry's expectation, except that a batch mutant is only
-    measured run-to-run (it varies with the batch, not with the run)."""
-    if role == "mutant" and oracle == "run-to-run":
-        return "measure"
-    return expect
 
 
 def run_oracle(invariance, oracle: str, fn, inputs, control, control_name: str, **kw) -> dict:

@@ -26,6 +26,7 @@ from functools import lru_cache
 
 import pytest
 
+from ._expect import expect_for
 from ._gemmsuite import LLAMA3_8B, QWEN2_05B, gemm_params, limit, oracle_method, shapes, wide
 
 torch = pytest.importorskip("torch")
@@ -86,13 +87,6 @@ def _precision(device: str, name: str) -> dict:
     return {**res.to_dict(), "quantization": res.quantization, "tf32": res.is_tf32}
 
 
-def _expect(role: str, expect: str, oracle: str) -> str:
-    """The registry's expectation, except that a batch mutant is only measured run-to-run."""
-    if role == "mutant" and oracle == "run-to-run":
-        return "measure"
-    return expect
-
-
 @pytest.mark.parametrize(("device", "name", "dtype_name", "shape", "oracle"), _params())
 def test_matmul(invariance, device, name, dtype_name, shape, oracle):
     from pytest_invariance.reference_kernels.mutants.splitk_matmul import splitk_matmul, splitk_per_call
@@ -122,7 +116,7 @@ def test_matmul(invariance, device, name, dtype_name, shape, oracle):
         quantization=quant,
         dtype=dtype,
         shape={"K": k, "N": n, "layer": f"{model}.{layer}"},
-        expect=_expect(kernel.role, kernel.expect, oracle),
+        expect=expect_for(kernel.role, kernel.expect, oracle),
         limit=limit(device, name),
         extra=extra,
     )
