@@ -3,7 +3,8 @@
 ``target``: the engine under test, expected invariant: ``--invariance-url`` with the adapter of
 ``--invariance-engine`` (default ``openai``), else the bundled engine started here in invariant mode.
 ``control_target``: the positive control with invariance off: ``--invariance-url-control``, else the
-bundled engine started here in default mode. Both are session-scoped (one engine per worker). An
+bundled engine started here in default mode. Both are session-scoped (one engine per worker;
+run with ``-n N --dist loadgroup`` so that all e2e tests share one worker). An
 unreachable URL fails every test at once with one line; a missing fastapi/uvicorn skips.
 """
 
@@ -21,10 +22,16 @@ HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test in this folder is ``e2e``."""
+    """Every test in this folder is ``e2e``, and all of them share one xdist group.
+
+    An invariance test and its inverse test reuse one control sweep; in one group (with
+    ``--dist loadgroup``) they run on one worker against one pair of engines, so serial
+    and parallel runs pair the same outcomes, and the engines start once.
+    """
     for item in items:
         if Path(str(item.path)).resolve().parent == HERE:
             item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.xdist_group("invariance-e2e"))
 
 
 def _opt(config: pytest.Config, name: str):
