@@ -226,6 +226,14 @@ def step_difference(
                 return {"step": i, "what": "logprob", "ref": a, "got": b, "abs_diff": diff}
     if len(ref_ids) != len(ids):
         return {"step": n, "what": "length", "ref": len(ref_ids), "got": len(ids), "abs_diff": None}
+    # Logprobs asked on one side only, or fewer than tokens: steps that cannot be compared
+    # are a difference, never silently skipped.
+    if (ref_lps is None) != (lps is None):
+        return {"step": 0, "what": "logprob-missing", "ref": ref_lps is not None, "got": lps is not None,
+                "abs_diff": None}  # fmt: skip
+    if ref_lps is not None and lps is not None and not (len(ref_lps) == len(lps) == n):
+        return {"step": min(len(ref_lps), len(lps)), "what": "logprob-length", "ref": len(ref_lps),
+                "got": len(lps), "abs_diff": None}  # fmt: skip
     return None
 
 

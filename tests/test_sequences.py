@@ -70,3 +70,11 @@ def test_step_difference_is_bitwise():
         "got": 2,
         "abs_diff": None,
     }
+
+
+def test_uncomparable_logprob_steps_are_differences_not_skipped() -> None:
+    """A rescoring that returns fewer logprobs, or logprobs on one side only, must not pass as equal."""
+    short = S.step_difference([1, 2, 3], [-0.5, -1.0, -2.0], [1, 2, 3], [-0.5, -1.0])
+    assert short["what"] == "logprob-length" and short["step"] == 2
+    one_sided = S.step_difference([1, 2], [-0.5, -1.0], [1, 2], None)
+    assert one_sided["what"] == "logprob-missing"
