@@ -68,7 +68,7 @@ def _pool(rows: int, width: int, seed: int, dtype_name: str, device: str, decade
 
 def pool_inputs(rows: int, width: int, dtype_name: str, device: str, decades: float = 4.0):
     """``seed -> rows`` of order-sensitive values, cached so the control sees the same tensors cheaply."""
-    return lambda seed: _pool(rows, width, seed, dtype_name, device, decades)
+    return lambda seed: _pool(rows, width, seed, dtype_name, device, decades).clone()  # cache stays pristine
 
 
 def run_oracle(invariance, oracle: str, fn, inputs, control, control_name: str, **kw) -> dict:
