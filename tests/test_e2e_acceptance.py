@@ -28,26 +28,26 @@ def _pytest(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def test_default_mode_url_inverse_passes_invariance_fails_with_evidence(tmp_path):
+    """The logprobs sweep (probe among neighbours of 4..300 characters, so prefill and decode
+    share steps) is the default-mode control that diverges reliably on a 2-core CPU; the
+    identical-prompt ``single`` sweep depends on arrival timing there (1 run in 3-5 showed
+    no divergence while the machine was loaded), so it would make this acceptance test flaky."""
     with BundledEngine(invariant=False, log_dir=tmp_path) as dflt:
         url = dflt.base_url
-        res = _pytest("-k", "test_single or test_inverse[single]", f"--invariance-url={url}",
+        res = _pytest("-k", "test_logprobs or test_inverse[logprobs]", f"--invariance-url={url}",
                       f"--invariance-url-control={url}", "--invariance-engine=bundled",
                       f"--invariance-records={tmp_path / 'r.jsonl'}")  # fmt: skip
     out = res.stdout
     assert res.returncode == 1, out[-3000:]
-    assert re.search(r"PASSED \S*test_inverse\.py::test_inverse\[single\]", out), out[-3000:]
-    assert re.search(r"FAILED \S*test_single\.py::test_single", out), out[-3000:]
-    assert (
-        "expected invariant, got divergent" in out and "unique" in out and "first divergence at token" in out
-    )
+    assert re.search(r"PASSED \S*test_inverse\.py::test_inverse\[logprobs\]", out), out[-3000:]
+    assert re.search(r"FAILED \S*test_logprobs\.py::test_logprobs", out), out[-3000:]
+    assert "expected invariant, got divergent" in out and "batch 1 vs 8: first" in out, out[-3000:]
     assert "MODE CHECK" in out and "reports mode default" in out
     recs = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
-    single = [r for r in recs if not r["extra"].get("inverse")][0]
-    assert (
-        single["family"] == "engine" and single["implementation"] == "bundled" and single["mode"] == "default"
-    )
-    assert single["evidence"]["unique"] > 1 and single["evidence"]["concurrency"] == [1, 2, 4, 8, 16]
-    assert "reports mode default" in single["extra"]["mode_check"]
+    probe = [r for r in recs if not r["extra"].get("inverse")][0]
+    assert probe["family"] == "engine" and probe["implementation"] == "bundled" and probe["mode"] == "default"
+    assert probe["evidence"]["unique"] == 2 and probe["evidence"]["concurrency"] == [1, 8]
+    assert "reports mode default" in probe["extra"]["mode_check"]
 
 
 def test_unreachable_url_fails_fast_with_a_clear_message():

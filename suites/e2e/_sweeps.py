@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -60,7 +60,6 @@ class Target:
     info: dict | None = None
     mode: str | None = None
     log_path: str | None = None
-    cache: dict = field(default_factory=dict)
 
     @property
     def engine(self) -> str:
@@ -384,11 +383,15 @@ SWEEPS: dict[str, tuple[Sweep, str]] = {
 
 def run_cached(t: Target, name: str, profile: str, seed: int) -> Outcome:
     """A sweep's outcome on ``t``, computed once per session (the control is shared by the paired
-    invariance test and the inverse test)."""
-    key = (name, profile, seed)
-    if key not in t.cache:
-        t.cache[key] = SWEEPS[name][0](t, profile, seed)
-    return t.cache[key]
+    invariance test and the inverse test). Keyed by the target's URL: when the target and the
+    control are the same server, both roles read one sweep rather than two timing-dependent ones."""
+    key = (t.url, name, profile, seed)
+    if key not in _OUTCOMES:
+        _OUTCOMES[key] = SWEEPS[name][0](t, profile, seed)
+    return _OUTCOMES[key]
+
+
+_OUTCOMES: dict[tuple, Outcome] = {}
 
 
 # -- records and verdicts ------------------------------------------------------------------------
