@@ -21,6 +21,11 @@ from ._sweeps import Target
 HERE = Path(__file__).resolve().parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist registers this marker itself; runs without it (the demo) need it known too.
+    config.addinivalue_line("markers", "xdist_group(name): run every test of the group on one xdist worker")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test in this folder is ``e2e``, and all of them share one xdist group.
 
