@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,11 +16,17 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
-        check=True,
+    # Build from a private copy: an in-place build rewrites build/ and *.egg-info in the checkout
+    # while other xdist workers import the package from it.
+    src = tmp_path_factory.mktemp("src") / "pytest-invariance"
+    skip = shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__", "reports", ".whl")
+    shutil.copytree(ROOT, src, ignore=skip)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
         capture_output=True,
+        text=True,
     )
+    assert res.returncode == 0, f"pip wheel failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
     (whl,) = out.glob("pytest_invariance-*.whl")
     return zipfile.ZipFile(whl)
 
