@@ -59,6 +59,10 @@ def _line(ev: dict) -> str:
         first = ev.get("first") or {}
         if first.get("batch_size"):
             text += f", from concurrency {first['batch_size']}"
+    elif ev.get("bitwise_differing_samples"):
+        d = ev.get("first_bitwise_difference") or {}
+        text += (f" by token ids, but {ev['bitwise_differing_samples']} differ in logprob bits"
+                 f" (first at concurrency {d.get('concurrency')}, step {d.get('step')})")  # fmt: skip
     if ev.get("equivalence_classes"):
         text += f"; concurrency classes {ev['equivalence_classes']}"
     return text

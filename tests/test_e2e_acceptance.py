@@ -68,7 +68,10 @@ def test_demo_default_diverges_invariant_does_not(tmp_path):
     recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     inv = [r for r in recs if r["mode"] == "invariant" and r["shape"]["sweep"] == "single"][0]
     assert inv["verdict"] == "invariant" and inv["evidence"]["unique"] == 1
-    assert inv["control"]["diverged"] and inv["control"]["evidence"]["unique"] > 1
+    ctl = inv["control"]["evidence"]
+    # Bitwise contract: the control diverged in token ids or, failing that, in logprob bits
+    # (token flips on a 2-core CPU depend on arrival timing; logprob bits do not need a near-tie).
+    assert inv["control"]["diverged"] and (ctl["unique"] > 1 or ctl["bitwise_differing_samples"] > 0)
     html = (out / "matrix.html").read_text()
     assert "<svg" in html and "Engine: unique samples vs concurrency" in html
     assert "default:" in res.stdout and "invariant: " in res.stdout and "1 unique" in res.stdout

@@ -119,11 +119,34 @@ Sweep = Callable[[Target, str, int], Outcome]
 
 
 def _sequence_outcome(
-    outputs: dict[int, list[list[int]]], ref_top: Any, shape: dict, extra: dict | None = None
+    outputs: dict[int, list[list[int]]],
+    ref_top: Any,
+    shape: dict,
+    extra: dict | None = None,
+    logprobs: dict[int, list[Any]] | None = None,
 ) -> Outcome:
+    """Unique samples by token ids, and under the bitwise contract also by logprob bits: two
+    completions with equal tokens but different logprob bits came from different arithmetic."""
     an = S.analyze(outputs, reference=outputs[min(outputs)][0], reference_top=ref_top)
     ev = {**an.evidence(), **(extra or {})}
-    return Outcome(an.diverged, ev, an.describe(), shape)
+    diverged, text = an.diverged, an.describe()
+    if logprobs is not None:
+        low = min(outputs)
+        ref_ids, ref_lps = outputs[low][0], logprobs[low][0]
+        diffs = [
+            {"concurrency": n, **d}
+            for n in sorted(outputs)
+            for ids, lps in zip(outputs[n], logprobs[n], strict=True)
+            if (d := S.step_difference(ref_ids, ref_lps, ids, lps)) is not None
+        ]
+        ev["bitwise_differing_samples"] = len(diffs)
+        ev["first_bitwise_difference"] = diffs[0] if diffs else None
+        if diffs and not an.diverged:
+            diverged = True
+            d = diffs[0]
+            text += (f"; token ids equal but logprob bits differ in {len(diffs)} sample(s), "
+                     f"first at concurrency {d['concurrency']}, step {d['step']}")  # fmt: skip
+    return Outcome(diverged, ev, text, shape)
 
 
 def _partial(outputs: dict[int, list[list[int]]], shape: dict, exc: AdapterError) -> Outcome:
@@ -140,6 +163,7 @@ def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
     shape = {"sweep": "single", "prompt": PROBE, "max_tokens": params.max_tokens, "levels": lv,
              "jitter_ms": list(JITTER_MS), "dispatch": "independent"}  # fmt: skip
     outputs: dict[int, list[list[int]]] = {}
+    lps: dict[int, list[Any]] = {}
     ref_top = None
     bar = _progress(f"single {t.engine}[{t.mode}]", sum(lv))
     try:
@@ -148,11 +172,12 @@ def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
                 [PROBE] * n, params, jitter_ms=JITTER_MS, seed=seed * 1000 + n, progress=bar
             )
             outputs[n] = [c.token_ids for c in cs]
+            lps[n] = [c.logprobs for c in cs]
             if ref_top is None:
                 ref_top = cs[0].top_logprobs
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
-    return _sequence_outcome(outputs, ref_top, shape)
+    return _sequence_outcome(outputs, ref_top, shape, logprobs=lps)
 
 
 def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
@@ -170,16 +195,18 @@ def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
         alone = t.adapter.generate([PROBE], params, progress=bar)[0]
         outputs[1] = [alone.token_ids]
         outputs[n] = []
+        lps: dict[int, list[Any]] = {1: [alone.logprobs], n: []}
         for pos in positions:
             batch = others[:pos] + [PROBE] + others[pos:]
             cs = t.adapter.generate(batch, params, jitter_ms=JITTER_MS, seed=seed * 1000 + pos, progress=bar)
             outputs[n].append(cs[pos].token_ids)
+            lps[n].append(cs[pos].logprobs)
             per_pos[str(pos)] = cs[pos].token_ids
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
     differing = [int(p) for p, ids in per_pos.items() if ids != alone.token_ids]
     return _sequence_outcome(outputs, alone.top_logprobs, shape,
-                             {"positions": positions, "differing_positions": differing})  # fmt: skip
+                             {"positions": positions, "differing_positions": differing}, logprobs=lps)  # fmt: skip
 
 
 def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
@@ -189,6 +216,7 @@ def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
     shape = {"sweep": "mixed", "prompt": PROBE, "max_tokens": params.max_tokens, "levels": lv,
              "neighbour_lengths": list(MIXED_LENGTHS), "jitter_ms": list(JITTER_MS)}  # fmt: skip
     outputs: dict[int, list[list[int]]] = {}
+    lps: dict[int, list[Any]] = {}
     ref_top = None
     bar = _progress(f"mixed {t.engine}[{t.mode}]", sum(lv))
     try:
@@ -199,11 +227,12 @@ def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
                 batch[s] = PROBE
             cs = t.adapter.generate(batch, params, jitter_ms=JITTER_MS, seed=seed * 1000 + n, progress=bar)
             outputs[n] = [cs[s].token_ids for s in slots]
+            lps[n] = [cs[s].logprobs for s in slots]
             if ref_top is None:
                 ref_top = cs[0].top_logprobs
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
-    return _sequence_outcome(outputs, ref_top, shape)
+    return _sequence_outcome(outputs, ref_top, shape, logprobs=lps)
 
 
 def prefix_lengths(info: dict | None) -> list[int]:
