@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .classes import equivalence_classes, format_classes
-from .compare import BITWISE, Comparison, Contract, compare, fingerprint, parse_contract
+from .compare import BITWISE, BitsKey, Comparison, Contract, compare, parse_contract
 from .stats import failure_summary
 from .sweeps import probe_positions
 
@@ -154,12 +154,12 @@ def batch_size_oracle(
     if rows.shape[0] < need:
         raise ValueError(f"need {need} rows for batch size {need}, got {rows.shape[0]}")
     alone = _probe_out(f, rows[:1], 0)
-    prints: dict[int, bytes] = {1: fingerprint(alone)}
+    prints: dict[int, BitsKey] = {1: BitsKey(alone)}
     for n in batch_sizes:
         if n == 1:
             continue
         out = _probe_out(f, rows[:n], 0)
-        prints[n] = fingerprint(out)
+        prints[n] = BitsKey(out)
         res.add(Point(n, 0, trial, compare(alone, out, c)))
     res.trials += 1
     if res.classes is None:

@@ -3,8 +3,9 @@
 # dependencies (the GPU image has torch, triton, pytest, pandas, xdist), run
 # the named phases, collect every record into $OUT/records.jsonl, pack full
 # logs into $OUT/logs.tar.gz and print a short table last.
-#   bash scripts/gpu_run.sh [--profile quick|full] PHASE...
-# Phases: env unit matmul rowops attention attention-stock moe bench-gemm bench-rowops bench-attention bench-moe engine e2e
+#   [WORKERS=n] bash scripts/gpu_run.sh [--profile quick|full] PHASE[:SECONDS]...
+# PHASE:SECONDS overrides that phase's time limit (e.g. matmul:540 for the full profile).
+# Phases: env unit matmul fp8 rowops attention attention-stock moe bench-gemm bench-rowops bench-attention bench-moe engine e2e
 set -u
 PROFILE=quick
 if [ "${1:-}" = "--profile" ]; then PROFILE=$2; shift 2; fi
@@ -23,6 +24,11 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$WORK/install.lo
 REC="$WORK/records.jsonl"
 PYT=(python3 -m pytest -q -p no:cacheprovider -rfE --invariance-profile="$PROFILE" --invariance-records="$REC")
 SUMMARY="$WORK/phases.txt"
+# Pytest workers sharing the GPU (WORKERS=1: serial): overlaps one worker's Python
+# with another's kernels. Kernel results do not depend on it (time-sliced contexts).
+WORKERS=${WORKERS:-3}
+XD=()
+[ "$WORKERS" -gt 1 ] && XD=(-n "$WORKERS")
 
 phase() {  # name limit_s command...
   local name=$1 limit=$2; shift 2
@@ -32,22 +38,25 @@ phase() {  # name limit_s command...
   printf '%-16s rc=%-4s %5ss  %s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -1 "$WORK/$name.log" | cut -c1-90)" >>"$SUMMARY"
 }
 
-for p in "$@"; do
+for arg in "$@"; do
+  p=${arg%%:*}
+  LIMIT=""
+  [ "$p" != "$arg" ] && LIMIT=${arg#*:}
   case $p in
-    env) phase env 60 python3 -c "import torch, triton; p = torch.cuda.get_device_properties(0); print(torch.__version__, triton.__version__, p.name, p.multi_processor_count, torch.version.cuda)";;
-    moe) phase moe 100 "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
-    rowops) phase rowops 150 "${PYT[@]}" suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;
-    matmul) phase matmul 200 "${PYT[@]}" suites/ops/test_matmul.py suites/ops/test_fp8.py -m gpu;;
-    attention) phase attention 150 "${PYT[@]}" suites/ops/test_attention.py -m gpu -k "reference or mutant";;
-    attention-quick) phase attention-quick 200 "${PYT[@]}" --invariance-trials=1 --durations=12 suites/ops/test_attention.py -m gpu -k "(reference or mutant) and not L8192 and not L1-";;
-    attention-stock) phase attention-stock 200 "${PYT[@]}" suites/ops/test_attention.py -m gpu -k "torch and not L8192 and not L4096";;
-    unit) phase unit 120 "${PYT[@]}" tests -m gpu;;
-    bench-moe) phase bench-moe 150 python3 benchmarks/bench_moe.py;;
-    bench-rowops) phase bench-rowops 90 python3 benchmarks/bench_rowops.py --out "$WORK";;
-    bench-gemm) phase bench-gemm 150 python3 benchmarks/bench_gemm.py --out "$WORK";;
-    bench-attention) phase bench-attention 150 python3 benchmarks/bench_attention.py --quick;;
-    e2e) phase e2e "${E2E_LIMIT:-150}" bash scripts/gpu_e2e.sh "$WORK";;
-    engine) phase engine 150 python3 benchmarks/bench_engine.py --model llama3-8b --device cuda --batches 1,8,64 --out "$WORK";;
+    env) phase env "${LIMIT:-60}" python3 -c "import torch, triton; p = torch.cuda.get_device_properties(0); print(torch.__version__, triton.__version__, p.name, p.multi_processor_count, torch.version.cuda)";;
+    moe) phase moe "${LIMIT:-100}" "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
+    rowops) phase rowops "${LIMIT:-150}" "${PYT[@]}" "${XD[@]}" suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;
+    matmul) phase matmul "${LIMIT:-200}" "${PYT[@]}" "${XD[@]}" suites/ops/test_matmul.py -m gpu;;
+    fp8) phase fp8 "${LIMIT:-200}" "${PYT[@]}" "${XD[@]}" suites/ops/test_fp8.py -m gpu;;
+    attention) phase attention "${LIMIT:-240}" "${PYT[@]}" "${XD[@]}" --durations=30 suites/ops/test_attention.py -m gpu -k "reference or mutant";;
+    attention-stock) phase attention-stock "${LIMIT:-300}" "${PYT[@]}" "${XD[@]}" --durations=30 suites/ops/test_attention.py -m gpu -k torch;;
+    unit) phase unit "${LIMIT:-120}" "${PYT[@]}" tests -m gpu;;
+    bench-moe) phase bench-moe "${LIMIT:-150}" python3 benchmarks/bench_moe.py;;
+    bench-rowops) phase bench-rowops "${LIMIT:-90}" python3 benchmarks/bench_rowops.py --out "$WORK";;
+    bench-gemm) phase bench-gemm "${LIMIT:-150}" python3 benchmarks/bench_gemm.py --out "$WORK";;
+    bench-attention) phase bench-attention "${LIMIT:-150}" python3 benchmarks/bench_attention.py --quick;;
+    e2e) phase e2e "${LIMIT:-${E2E_LIMIT:-150}}" bash scripts/gpu_e2e.sh "$WORK";;
+    engine) phase engine "${LIMIT:-150}" python3 benchmarks/bench_engine.py --model llama3-8b --device cuda --batches 1,8,64 --out "$WORK";;
     *) echo "unknown phase $p" >>"$SUMMARY";;
   esac
 done
@@ -55,5 +64,5 @@ done
 cat "$WORK"/*.jsonl >"$OUT/records.jsonl" 2>/dev/null
 tar -czf "$OUT/logs.tar.gz" -C "$WORK" . 2>/dev/null
 echo "records: $(wc -l <"$OUT/records.jsonl") lines"
-for p in "$@"; do grep -E "passed|failed|error" "$WORK/$p.log" 2>/dev/null | tail -1 | sed "s/^/$p: /"; done
+for arg in "$@"; do p=${arg%%:*}; grep -E "passed|failed|error" "$WORK/$p.log" 2>/dev/null | tail -1 | sed "s/^/$p: /"; done
 cat "$SUMMARY"

@@ -207,3 +207,12 @@ def test_cuda_triton_properties():
         kc, vc, bt, sl = (x.cuda() for x in paged([(q.cpu(), k.cpu(), v.cpu())], [t + 1], page=16))
         d = A.decode_paged(q[t : t + 1], kc, vc, bt, sl)
         assert same_bits(d[0], whole[t]), f"position {t}"
+
+
+def test_heuristic_split_size_is_a_power_of_two_covering_the_longest_sequence():
+    assert M.heuristic_split_size(1, 1000) == 1024  # one split: the whole sequence
+    assert M.heuristic_split_size(4, 1000) == 256
+    assert M.heuristic_split_size(17, 255) == 64  # floor: one 64-key block per split
+    for n in (1, 2, 3, 5, 17, 64):
+        s = M.heuristic_split_size(n, 8448)
+        assert s & (s - 1) == 0 and s >= 64 and -(-8448 // s) <= n

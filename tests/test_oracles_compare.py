@@ -115,7 +115,9 @@ def test_sweep_limit_and_unknown_profile() -> None:
         batch_sweep("medium")
 
 
-@pytest.mark.parametrize("n, expected", [(1, [0]), (2, [0, 1]), (5, [0, 1, 2, 3, 4]), (64, [0, 1, 32, 62, 63])])
+@pytest.mark.parametrize(
+    "n, expected", [(1, [0]), (2, [0, 1]), (5, [0, 1, 2, 3, 4]), (64, [0, 1, 32, 62, 63])]
+)
 def test_probe_positions(n: int, expected: list[int]) -> None:
     assert probe_positions(n) == expected
 
@@ -125,3 +127,23 @@ def test_equivalence_classes_and_their_format() -> None:
     classes = equivalence_classes(outs)
     assert classes == [[1], [2, 3, 4, 32], [8, 16]]
     assert format_classes(classes) == "{1} {2..4,32} {8..16}"
+
+
+def test_bits_key_groups_exact_bits_only() -> None:
+    from pytest_invariance.oracles.compare import BitsKey
+
+    a = torch.tensor([1.0, 2.0])
+    same = torch.tensor([1.0, 2.0])
+    swapped = torch.tensor([2.0, 1.0])  # same digest (sum of bits), different bits
+    neg_zero = torch.tensor([-0.0]), torch.tensor([0.0])
+    assert BitsKey(a) == BitsKey(same) and hash(BitsKey(a)) == hash(BitsKey(same))
+    assert hash(BitsKey(a)) == hash(BitsKey(swapped))
+    assert BitsKey(a) != BitsKey(swapped)
+    assert BitsKey(neg_zero[0]) != BitsKey(neg_zero[1])
+    assert len({BitsKey(a), BitsKey(same), BitsKey(swapped)}) == 2
+
+
+def test_compare_on_equal_bits_skips_host_copy_and_reports_equal() -> None:
+    a = torch.tensor([float("nan"), 1.0])
+    c = compare(a, a.clone())
+    assert c.equal and c.bitwise_equal and c.n_diff == 0 and c.numel == 2
