@@ -243,14 +243,21 @@ def hardware() -> dict:
 
 
 _RECORDS = pytest.StashKey[list]()
+_CALL_SECONDS = pytest.StashKey[float]()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if call.when == "teardown":
+    if call.when == "call":
+        item.stash[_CALL_SECONDS] = report.duration
+    elif call.when == "teardown":
         records = item.stash.get(_RECORDS, None)
         if records:
+            seconds = item.stash.get(_CALL_SECONDS, None)
+            for rec in records:  # what the check cost, for planning sweeps; shared by a test's records
+                if seconds is not None and isinstance(rec.get("extra"), dict):
+                    rec["extra"].setdefault("test_seconds", round(seconds, 3))
             setattr(report, RECORDS_ATTR, list(records))
     return report
 

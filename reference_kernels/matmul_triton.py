@@ -13,8 +13,13 @@ decode, small tiles, many programs; otherwise a large 128x256 tile for
 throughput). That is safe because the classes share what fixes an element's
 rounding sequence:
 
-* the same ``BLOCK_K`` and the same K order, so the same chain of partial
-  dots into the accumulator;
+* the same K order, so the same chain of partial dots into the accumulator.
+  fp32, and every dtype off Hopper, also keep the same ``BLOCK_K`` in both
+  classes. On Hopper the 16-bit decode class uses a larger ``BLOCK_K`` (128 or
+  256): a ``BLOCK_K`` tile is itself a chain of k=16 warpgroup MMAs into the
+  same accumulator, so the chain is unchanged; measured bit-identical to the
+  large class on the H200 for every Llama-3-8B layer (``bench_gemm.py
+  --sweep-decode``), and re-checked on every run by the suites at 64 vs 65;
 * the same instruction family: both classes use ``BLOCK_M >= 64`` with a
   multiple of 4 warps, so on Hopper both lower to warpgroup MMA (wgmma,
   k=16 per instruction, chained through the accumulator in K order); below
@@ -75,6 +80,10 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def _hopper(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device)[0] == 9
+
+
 def pick_config(
     m: int, n: int, k: int, dtype: torch.dtype, device: torch.device, interpret: bool
 ) -> TileConfig:
@@ -85,13 +94,26 @@ def pick_config(
         return _INTERPRET[dtype]
     if m > SMALL_M:
         return _LARGE[dtype]
-    # Decode class: memory-bound, so spread N over at least two programs per SM.
-    target = 2 * _sm_count(device)
-    block_n = 128
-    while block_n > 16 and triton.cdiv(n, block_n) < target:
+    sms = _sm_count(device)
+    if dtype == torch.float32 or not _hopper(device):
+        # Decode class with the large class's BLOCK_K: spread N over >= 2 programs per SM.
+        block_n = 128
+        while block_n > 16 and triton.cdiv(n, block_n) < 2 * sms:
+            block_n //= 2
+        stages = 4 if dtype == torch.float32 else 5
+        return TileConfig(64, block_n, _SMALL_BLOCK_K[dtype], 1, 4, stages)
+    # Hopper, 16-bit: memory-bound, so what matters is bytes in flight per SM. A
+    # larger BLOCK_K keeps the same chain of k=16 warpgroup MMAs into the
+    # accumulator, in the same K order: measured bit-identical to the large class
+    # on the H200 (bench_gemm.py --sweep-decode) and checked by the suites at 64 vs 65.
+    block_n = 64
+    while block_n > 16 and triton.cdiv(n, block_n) < sms // 2:
         block_n //= 2
-    stages = 4 if dtype == torch.float32 else 5
-    return TileConfig(64, block_n, _SMALL_BLOCK_K[dtype], 1, 4, stages)
+    if triton.cdiv(n, block_n) >= 2 * sms:
+        return TileConfig(64, block_n, 64, 1, 4, 6)  # many programs already: shallow tiles, deep pipeline
+    if block_n == 64:
+        return TileConfig(64, 64, 128, 1, 4, 6)
+    return TileConfig(64, block_n, 256, 1, 4, 4)  # few programs: the widest K tile that fits
 
 
 @triton.jit

@@ -87,6 +87,7 @@ def test_verdicts_records_and_summary(pytester: pytest.Pytester, xdist: list[str
         assert r["schema"] == "pytest-invariance.record/1"
         assert r["hardware"]["name"]
         assert r["contract"] == "bitwise"
+        assert r["extra"]["test_seconds"] >= 0  # what the check cost, failed checks included
     invariant = next(r for r in recs if r["verdict"] == "invariant" and r["oracle"] == "batch-size")
     assert invariant["control"] == {**invariant["control"], "name": "mutant:splitk", "diverged": True}
 

@@ -18,7 +18,9 @@ One kernel body serves prefill and decode so that both do the same arithmetic:
   that a single long sequence still fills the GPU. The split count of a sequence
   comes from its length only, never from the batch or the SM count.
 - Tiles, block sizes and warps are fixed constants: no autotuning (a tuned config
-  may differ between shapes and so between batch sizes).
+  may differ between shapes and so between batch sizes). The split size is a
+  runtime argument: one compiled kernel serves every split size (the split-KV
+  mutants call these kernels with a batch-dependent one).
 """
 
 from __future__ import annotations
@@ -134,11 +136,11 @@ def _attn_kernel(
     stride_ps,
     H_Q,
     D,
+    SPLIT,
     G: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    SPLIT: tl.constexpr,
     CAUSAL: tl.constexpr,
     PAGED: tl.constexpr,
     PAGE: tl.constexpr,
@@ -221,7 +223,7 @@ def _merge_kernel(
     stride_ps,
     H_Q,
     D,
-    SPLIT: tl.constexpr,
+    SPLIT,
     GP: tl.constexpr,
     G: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -300,8 +302,8 @@ def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, pa
     _attn_kernel[grid](
         q, k, v, bt, out, dummy, dummy, dummy, tile_seq, tile_tok0,
         q_start, len_q, kv_start, kv_len, qk_scale,
-        q.stride(0), q.stride(1), k.stride(-3), k.stride(-2), bt.stride(0), 0, q.shape[1], d,
-        G=g, BLOCK_M=BLOCK_M, BLOCK_N=blk_n, BLOCK_D=block_d, SPLIT=split, CAUSAL=causal,
+        q.stride(0), q.stride(1), k.stride(-3), k.stride(-2), bt.stride(0), 0, q.shape[1], d, split,
+        G=g, BLOCK_M=BLOCK_M, BLOCK_N=blk_n, BLOCK_D=block_d, CAUSAL=causal,
         PAGED=paged, PAGE=page, DECODE=False, IEEE=q.dtype == torch.float32,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )  # fmt: skip
@@ -364,13 +366,13 @@ def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=Non
     zeros = torch.zeros(b, device=dev, dtype=torch.int32)
     _attn_kernel[(b, hkv, max_splits)](
         q, k_cache, v_cache, bt, out, mp, lp, op, ar, zeros, ar, ones, zeros, lens, qk_scale,
-        q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), bt.stride(0), max_splits, hq, d,
-        G=g, BLOCK_M=BLOCK_M, BLOCK_N=blk_n, BLOCK_D=block_d, SPLIT=split_size, CAUSAL=True,
+        q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), bt.stride(0), max_splits, hq, d, split_size,
+        G=g, BLOCK_M=BLOCK_M, BLOCK_N=blk_n, BLOCK_D=block_d, CAUSAL=True,
         PAGED=True, PAGE=page, DECODE=True, IEEE=q.dtype == torch.float32,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )  # fmt: skip
     _merge_kernel[(b, hkv)](
-        out, mp, lp, op, lens, q.stride(0), q.stride(1), max_splits, hq, d,
-        SPLIT=split_size, GP=_next_pow2(g), G=g, BLOCK_D=block_d, num_warps=1,
+        out, mp, lp, op, lens, q.stride(0), q.stride(1), max_splits, hq, d, split_size,
+        GP=_next_pow2(g), G=g, BLOCK_D=block_d, num_warps=1,
     )  # fmt: skip
     return out

@@ -258,6 +258,34 @@ def _skip_unavailable(device: str, name: str) -> None:
         pytest.skip("reference-triton runs under TRITON_INTERPRET=1 only")
 
 
+def _refusal(call) -> str | None:
+    """A backend's refusal of this configuration ("No available kernel"), or None when it runs.
+
+    SDPA backends decline some inputs outright (memory-efficient with GQA, say): that
+    is a fact about the backend, recorded as ``unsupported``, not a failed check.
+    """
+    try:
+        call()
+    except RuntimeError as exc:
+        if "No available kernel" not in str(exc):
+            raise
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+    return None
+
+
+def _skip_unsupported(invariance, reason: str | None, **fields) -> None:
+    """Record ``unsupported`` (with the backend's words) and skip; no-op when ``reason`` is None."""
+    if reason is None:
+        return
+    from pytest_invariance.oracles.verdict import UNSUPPORTED
+
+    invariance.record(
+        verdict=UNSUPPORTED, contract="bitwise", evidence={"error": reason}, seed=invariance.seed,
+        trials=0, profile=invariance.profile, **fields,
+    )  # fmt: skip
+    pytest.skip(f"{fields.get('implementation')}: {reason}")
+
+
 def _prefill_rows(fn, pool: Pool, rows: torch.Tensor) -> torch.Tensor:
     """Prefill of the pool sequences named by ``rows[:, 0]``, padded to one batch."""
     return pool.pad(run_prefill(fn, [pool.seqs[int(i)] for i in rows[:, 0]]))
@@ -287,6 +315,14 @@ def _check_attention(
 
         return run
 
+    shape = _shape(cfg, heads, length, device, pool.mixed)
+    if kernel.role == "stock":
+        pool.make(invariance.seed)
+        probe = torch.zeros((1, 1), dtype=torch.int64)
+        _skip_unsupported(
+            invariance, _refusal(lambda: run_rows(kernel.fn, pool, probe)), family=family, implementation=name,
+            oracle=oracle, quantization=QUANT[_dtype(device, name)], dtype=dt, shape=shape, extra={"device": device},
+        )  # fmt: skip
     control, ctl_name = None, None
     if kernel.role != "mutant":
         ctl, ctl_name = _control(kernels, family, device, oracle)
@@ -299,7 +335,7 @@ def _check_attention(
         implementation=name,
         quantization=QUANT[_dtype(device, name)],
         dtype=dt,
-        shape=_shape(cfg, heads, length, device, pool.mixed),
+        shape=shape,
         control=control,
         control_name=ctl_name,
         expect=_expect(kernel, length),
@@ -374,6 +410,11 @@ def test_attention_chunking(invariance, device, name, cfg, length, oracle):
 
         return run
 
+    _skip_unsupported(
+        invariance, _refusal(lambda: chunked(kernel.fn)(None, invariance.seed)), family="attention-prefill",
+        implementation=name, oracle=oracle, quantization=QUANT[_dtype(device, name)], dtype=dt,
+        shape=_shape(cfg, heads, length, device), extra={"device": device},
+    )  # fmt: skip
     ctl_name = CONTROL["attention-prefill"]
     control = None if kernel.role == "mutant" else chunked(_fn(kernels[ctl_name], device))
     invariance.chunking(
@@ -450,6 +491,16 @@ def test_attention_prefill_decode(invariance, device, name, cfg, length):
             res.trials += 1
         return res
 
+    def one_position() -> None:
+        q, k, v = _seq(invariance.seed, length, heads, dt, device)
+        run_prefill(f_pre, [(q, k, v)])
+        run_decode(f_dec, [q[-1]], [k], [v], [length])
+
+    _skip_unsupported(
+        invariance, _refusal(one_position), family="attention-decode", implementation=name,
+        oracle="prefill-decode", quantization=QUANT[_dtype(device, name)], dtype=dt,
+        shape=_shape(cfg, heads, length, device), extra={"device": device},
+    )  # fmt: skip
     result = oracle(f_dec)
     control = oracle(f_ctl)
     verdict = V.decide(result.diverged, control.diverged)
@@ -471,3 +522,23 @@ def test_attention_prefill_decode(invariance, device, name, cfg, length):
                "prefill": f"{name} (attention-prefill)", "decode": f"{name} (attention-decode)"},
     )  # fmt: skip
     invariance.expect_verdict(rec, _expect(dec[name], length))
+
+
+def test_backend_refusal_is_recorded_unsupported_and_skipped(invariance):
+    """A backend that declines the inputs yields an ``unsupported`` record, never a failure."""
+
+    def refuse():
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    def broken():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    assert _refusal(lambda: None) is None
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        _refusal(broken)  # any other error is a real failure
+    with pytest.raises(pytest.skip.Exception, match="No available kernel"):
+        _skip_unsupported(invariance, _refusal(refuse), family="attention-prefill", implementation="torch-sdpa-x",
+                          oracle="batch-size", quantization="bf16", shape={"kv_len": 1})  # fmt: skip
+    rec = invariance.records[-1]
+    assert rec["verdict"] == "unsupported" and "No available kernel" in rec["evidence"]["error"]
+    invariance.records.clear()  # a demonstration, not a measurement
