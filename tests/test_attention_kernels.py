@@ -192,6 +192,26 @@ def test_triton_interpreter_properties(dtype):
     assert same_bits(torch.cat(parts), out[2])
 
 
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="Triton interpreter only (TRITON_INTERPRET=1)"
+)
+def test_triton_mutants_move_split_boundaries_with_batch_and_chunks():
+    """The CUDA form of the split-KV mutants (reference kernel, heuristic split size) must diverge."""
+    kw = {"min_keys": 4, "sm_count": 8, "backend": "triton"}
+    ss = seqs([100] * 5)
+    qs = torch.stack([s[0][-1] for s in ss])
+    alone = M.splitkv_decode(qs[:1], *paged(ss[:1], [100]), **kw)
+    batched = M.splitkv_decode(qs, *paged(ss, [100] * 5), **kw)
+    assert torch.allclose(alone[0], batched[0], atol=1e-5)
+    assert not same_bits(alone[0], batched[0])
+    q, k, v = ss[0]
+    whole = M.splitkv_prefill(q, k, v, cu_of([100]), cu_of([100]), **kw)  # 4 splits of 25 keys
+    assert (whole.double() - exact_attention(q, k, v)).abs().max().item() < 1e-5  # untiled splits are exact too
+    parts = [M.splitkv_prefill(q[a : a + 50], k[: a + 50], v[: a + 50], cu_of([50]), cu_of([a + 50]), **kw)
+             for a in (0, 50)]  # fmt: skip
+    assert not same_bits(torch.cat(parts), whole)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_triton_properties():
@@ -209,10 +229,10 @@ def test_cuda_triton_properties():
         assert same_bits(d[0], whole[t]), f"position {t}"
 
 
-def test_heuristic_split_size_is_a_power_of_two_covering_the_longest_sequence():
-    assert M.heuristic_split_size(1, 1000) == 1024  # one split: the whole sequence
-    assert M.heuristic_split_size(4, 1000) == 256
-    assert M.heuristic_split_size(17, 255) == 64  # floor: one 64-key block per split
+def test_heuristic_split_size_cuts_the_longest_sequence_into_near_equal_parts():
+    assert M.heuristic_split_size(1, 1000) == 1000  # one split: the whole sequence
+    assert M.heuristic_split_size(4, 1000) == 250
+    assert M.heuristic_split_size(16, 1000) == 63  # not block-aligned: boundaries move with the length
+    assert M.heuristic_split_size(64, 100) == 16  # floor
     for n in (1, 2, 3, 5, 17, 64):
-        s = M.heuristic_split_size(n, 8448)
-        assert s & (s - 1) == 0 and s >= 64 and -(-8448 // s) <= n
+        assert -(-8448 // M.heuristic_split_size(n, 8448)) <= n

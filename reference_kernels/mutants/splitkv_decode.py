@@ -10,10 +10,13 @@ come out ``divergent``.
 On CPU: plain torch, partials per split in fp32 (softmax over the split, log-sum-exp
 merge), as the real kernels do. On CUDA: the reference Triton kernel itself, with
 its split *size* derived from the heuristic's count for the longest sequence in the
-batch (rounded up to a power of two, one compiled variant per value). The only
-difference from the reference is then where the splits fall, which isolates the
-cause; and it runs at kernel speed (the torch form materialised fp32 scores per split
-and made the GPU suites' controls the slowest part of every check).
+batch: near-equal parts, ``ceil(L / n)`` keys each (the split size is a runtime
+argument of the kernel, so no recompilation). The only difference from the reference
+is then where the splits fall, which isolates the cause, at kernel speed. The split
+size must follow the length exactly: rounded to a power of two or a block multiple, a
+single sequence would keep 64-key splits anchored at 0 at every chunk length, and
+chunked prefill would not move a boundary (measured on the H200: that variant was
+vacuous as the chunking control).
 """
 
 from __future__ import annotations
@@ -47,10 +50,9 @@ def _sms(q: torch.Tensor, sm_count: int | None) -> int:
     return torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else DEFAULT_SMS
 
 
-def heuristic_split_size(n_splits: int, max_len: int, floor: int = 64) -> int:
-    """Split size that cuts ``max_len`` keys into at most ``n_splits`` parts: a power of two >= ``floor``."""
-    want = max(floor, -(-max_len // max(1, n_splits)))
-    return 1 << (want - 1).bit_length()
+def heuristic_split_size(n_splits: int, max_len: int, floor: int = 16) -> int:
+    """Keys per split when ``max_len`` keys are cut into ``n_splits`` near-equal parts (at least ``floor``)."""
+    return max(floor, -(-max_len // max(1, n_splits)))
 
 
 def splitkv_attend(q, k, v, n: int, *, causal: bool, scale: float) -> torch.Tensor:
@@ -80,14 +82,33 @@ def splitkv_attend(q, k, v, n: int, *, causal: bool, scale: float) -> torch.Tens
     return (num / den).reshape(lq, hq, d).to(q.dtype)
 
 
+def _use_triton(q: torch.Tensor, backend: str) -> bool:
+    if backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"backend={backend!r}; expected auto, torch or triton")
+    return backend == "triton" or (backend == "auto" and q.is_cuda)
+
+
 def splitkv_decode(
-    q, k_cache, v_cache, block_table, seq_lens, *, scale=None, sm_count: int | None = None, min_keys: int = 64
+    q,
+    k_cache,
+    v_cache,
+    block_table,
+    seq_lens,
+    *,
+    scale=None,
+    sm_count: int | None = None,
+    min_keys: int = 64,
+    backend: str = "auto",
 ):
-    """``attention-decode`` signature; KV cut into ``num_splits(B, Hkv, L)`` near-equal parts."""
+    """``attention-decode`` signature; KV cut into ``num_splits(B, Hkv, L)`` near-equal parts.
+
+    ``backend``: ``auto`` (Triton on CUDA, torch otherwise), ``torch`` or ``triton``
+    (on CPU tensors under ``TRITON_INTERPRET=1``).
+    """
     sms = _sms(q, sm_count)
     b, _, d = q.shape
     hkv = k_cache.shape[2]
-    if q.is_cuda:
+    if _use_triton(q, backend):
         from ..attention.triton_attn import decode_paged_triton
 
         lmax = int(seq_lens.max())
@@ -115,12 +136,13 @@ def splitkv_prefill(
     scale=None,
     sm_count: int | None = None,
     min_keys: int = 64,
+    backend: str = "auto",
 ):
     """``attention-prefill`` signature with the same heuristic (batch = number of sequences)."""
     sms = _sms(q, sm_count)
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     nseq = len(cq) - 1
-    if q.is_cuda:
+    if _use_triton(q, backend):
         from ..attention.triton_attn import prefill_varlen_triton
 
         lmax = max(b - a for a, b in zip(ck[:-1], ck[1:], strict=True))
