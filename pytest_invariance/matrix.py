@@ -171,11 +171,14 @@ def evidence_parts(rec: Mapping[str, Any]) -> list[str]:
         if err:
             parts.append(f"error: {_short_text(err)}")
     elif verdict == UNSUPPORTED:
-        reason = ev.get("reason") or extra.get("reason")
+        reason = ev.get("reason") or extra.get("reason") or ev.get("error")
         if reason:
             parts.append(_short_text(reason))
     if verdict in (DIVERGENT, INCOMPLETE) and ev.get("trials"):
         parts.append(f"{ev.get('failures', '?')}/{ev['trials']} trials")
+    control = rec.get("control")
+    if verdict == INVARIANT and isinstance(control, Mapping) and control.get("foreign"):
+        parts.append("positive control on another engine")
     return parts
 
 

@@ -255,3 +255,14 @@ def test_shuffled_records_give_identical_json(tmp_path: Path) -> None:
     a = render_matrix(recs, tmp_path / "a")["json"].read_text()
     b = render_matrix(shuffled, tmp_path / "b")["json"].read_text()
     assert a == b
+
+
+def test_foreign_control_and_unsupported_reason_are_shown() -> None:
+    from pytest_invariance.matrix import evidence_parts
+
+    foreign = rec(family="engine", implementation="vllm", oracle="unique-samples",
+                  control={"name": "inverse target bundled", "diverged": True, "foreign": True})  # fmt: skip
+    assert "positive control on another engine" in evidence_parts(foreign)
+    assert "positive control on another engine" not in evidence_parts(rec())
+    refused = rec(verdict="unsupported", evidence={"error": "RuntimeError: No available kernel."})
+    assert any("No available kernel" in p for p in evidence_parts(refused))

@@ -60,6 +60,7 @@ class Target:
     info: dict | None = None
     mode: str | None = None
     log_path: str | None = None
+    origin: str = "bundled"  # "bundled": started by the suites; "url": a server the user pointed at
 
     @property
     def engine(self) -> str:
@@ -455,6 +456,24 @@ def _record(invariance: Any, t: Target, oracle: str, verdict: str, out: Outcome,
     )
 
 
+def control_record(target: Target, control: Target, ctl_out: Outcome) -> dict:
+    """The positive control's part of a record, flagged ``foreign`` when it ran on other software.
+
+    With ``--invariance-url`` and no ``--invariance-url-control`` the control is the bundled
+    engine: it shows that the sweep's prompts and comparison can observe batch dependence,
+    not that the target's own kernels would show it with invariance off.
+    """
+    rec = {"name": f"inverse target {control.label}", "diverged": ctl_out.diverged,
+           "evidence": {**ctl_out.evidence, "summary": ctl_out.summary},
+           "foreign": target.origin != control.origin}  # fmt: skip
+    if rec["foreign"]:
+        rec["note"] = (f"the control ran on {control.label}, not on the target's engine with invariance off; "
+                       "pass --invariance-url-control for a control on the same software")  # fmt: skip
+    if ctl_out.error:
+        rec["error"] = ctl_out.error
+    return rec
+
+
 def judge(invariance: Any, name: str, target: Target, control: Target) -> dict:
     """Invariance test: the sweep on ``target`` must show no divergence, and the same sweep on the
     positive control (invariance off) must show some; otherwise the result is ``vacuous``."""
@@ -462,12 +481,7 @@ def judge(invariance: Any, name: str, target: Target, control: Target) -> dict:
     oracle = SWEEPS[name][1]
     out = run_cached(target, name, invariance.profile, invariance.seed)
     ctl_out = run_cached(control, name, invariance.profile, invariance.seed) if out.error is None else None
-    control_rec = None
-    if ctl_out is not None:
-        control_rec = {"name": f"inverse target {control.label}", "diverged": ctl_out.diverged,
-                       "evidence": {**ctl_out.evidence, "summary": ctl_out.summary}}  # fmt: skip
-        if ctl_out.error:
-            control_rec["error"] = ctl_out.error
+    control_rec = control_record(target, control, ctl_out) if ctl_out is not None else None
     verdict = V.decide(out.diverged, control_rec["diverged"] if control_rec else None,
                        error=out.error is not None, unsupported=out.unsupported is not None)  # fmt: skip
     rec = _record(invariance, target, oracle, verdict, out, control_rec, "invariant")

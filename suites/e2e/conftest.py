@@ -54,7 +54,7 @@ def _connect(url: str, engine: str, role: str, expected: str) -> Target:
         if exc.field in ("connection", "timeout"):
             flag = "--invariance-url" if role == "target" else "--invariance-url-control"
             pytest.fail(f"{flag} {url} is unreachable: {exc}", pytrace=False)
-    t = Target(adapter, role, expected)
+    t = Target(adapter, role, expected, origin="url")
     t.refresh()
     return t
 
