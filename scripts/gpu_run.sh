@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One command for the H200 (device tool): install the package without
 # dependencies (the GPU image has torch, triton, pytest, pandas, xdist), run
-# the named phases, collect every record into $OUT/records.jsonl, pack full
-# logs into $OUT/logs.tar.gz and print a short table last.
+# the named phases, append every record to $OUT/records.jsonl, pack full
+# logs into $OUT/logs-TIME-PID.tar.gz and print a short table last.
 #   [WORKERS=n] bash scripts/gpu_run.sh [--profile quick|full] PHASE[:SECONDS]...
 # PHASE:SECONDS overrides that phase's time limit (e.g. matmul:540 for the full profile).
 # Phases: env unit matmul fp8 rowops attention attention-decode attention-stock moe bench-gemm sweep-decode bench-rowops bench-attention bench-moe engine e2e
@@ -63,8 +63,10 @@ for arg in "$@"; do
   esac
 done
 
-cat "$WORK"/*.jsonl >"$OUT/records.jsonl" 2>/dev/null
-tar -czf "$OUT/logs.tar.gz" -C "$WORK" . 2>/dev/null
-echo "records: $(wc -l <"$OUT/records.jsonl") lines"
+# Appended, and logs named per invocation: two invocations in one device call keep both.
+n_before=$(cat "$OUT/records.jsonl" 2>/dev/null | wc -l)
+cat "$WORK"/*.jsonl >>"$OUT/records.jsonl" 2>/dev/null
+tar -czf "$OUT/logs-$(date +%H%M%S)-$$.tar.gz" -C "$WORK" . 2>/dev/null
+echo "records: $(( $(wc -l <"$OUT/records.jsonl") - n_before )) new lines, $(wc -l <"$OUT/records.jsonl") in $OUT/records.jsonl"
 for arg in "$@"; do p=${arg%%:*}; grep -E "passed|failed|error" "$WORK/$p.log" 2>/dev/null | tail -1 | sed "s/^/$p: /"; done
 cat "$SUMMARY"
