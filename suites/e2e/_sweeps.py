@@ -429,9 +429,11 @@ def _record(invariance: Any, t: Target, oracle: str, verdict: str, out: Outcome,
             expect: str, extra: dict | None = None) -> dict:  # fmt: skip
     info = t.info or {}
     ev = {**out.evidence, "url": t.url}
+    # A bundled engine started as a control variant gets its own matrix row.
+    variant = "+shared-rng" if info.get("shared_rng") else ""
     return invariance.record(
         family="engine",
-        implementation=t.engine,
+        implementation=t.engine + variant,
         mode=t.mode,
         oracle=oracle,
         verdict=verdict,
@@ -520,17 +522,15 @@ def _enforce(invariance: Any, rec: dict, t: Target, out: Outcome, expect: str) -
         pytest.fail(f"mode check: {flag} (sweep: {out.summary})", pytrace=False)
 
 
-def seeded_sampling(invariance: Any, t: Target) -> dict:
-    """temperature > 0 with one seed: the same tokens at every concurrency; the control: different
-    seeds give different tokens (else the seed is ignored and the check is vacuous)."""
-    __tracebackhide__ = True
+def _seeded_sweep(invariance: Any, t: Target) -> tuple[Outcome, list]:
+    """The probe sampled with one seed at each concurrency, then four requests with seeds 1..4."""
     lv = [1, 4, 8] if invariance.profile == "quick" else [1, 4, 8, 16, 32]
     params = GenParams(max_tokens=16, temperature=1.0, seed=1234)
     shape = {"sweep": "seeded-sampling", "prompt": PROBE, "temperature": 1.0, "seed": 1234, "levels": lv,
              "max_tokens": params.max_tokens}  # fmt: skip
     outputs: dict[int, list[list[int]]] = {}
     bar = _progress(f"seeded {t.engine}[{t.mode}]", sum(lv) + 4)
-    others = []
+    others: list = []
     try:
         for n in lv:
             cs = t.adapter.generate(
@@ -541,9 +541,17 @@ def seeded_sampling(invariance: Any, t: Target) -> dict:
         others = t.adapter.generate(
             [PROBE] * 4, seeds, jitter_ms=JITTER_MS, seed=invariance.seed, progress=bar
         )
-        out = _sequence_outcome(outputs, None, shape)
+        return _sequence_outcome(outputs, None, shape), others
     except AdapterError as exc:
-        out = _partial(outputs, shape, exc)
+        return _partial(outputs, shape, exc), others
+
+
+def seeded_sampling(invariance: Any, t: Target) -> dict:
+    """temperature > 0 with one seed: the same tokens at every concurrency; the control: different
+    seeds give different tokens (else the seed is ignored and the check is vacuous). A second,
+    batch-dependent control is ``seeded_sampling_inverse`` on an engine with a shared RNG."""
+    __tracebackhide__ = True
+    out, others = _seeded_sweep(invariance, t)
     ctl = None
     if out.error is None:
         n_unique, _ = S.unique_completions([c.token_ids for c in others])
@@ -552,4 +560,17 @@ def seeded_sampling(invariance: Any, t: Target) -> dict:
     verdict = V.decide(out.diverged, ctl["diverged"] if ctl else None, error=out.error is not None)
     rec = _record(invariance, t, "seeded-sampling", verdict, out, ctl, "invariant")
     _enforce(invariance, rec, t, out, "invariant")
+    return rec
+
+
+def seeded_sampling_inverse(invariance: Any, t: Target) -> dict:
+    """The seeded sweep on an engine whose sampler draws from one engine-wide RNG in batch order
+    (bundled ``--shared-rng``): a request's tokens then depend on what else was sampled, and the
+    sweep must see it. Proves the sweep can observe batch-dependent sampling, not only ignored seeds."""
+    __tracebackhide__ = True
+    out, _ = _seeded_sweep(invariance, t)
+    verdict = V.decide(out.diverged, None, error=out.error is not None)
+    rec = _record(invariance, t, "seeded-sampling", verdict, out, None, "divergent",
+                  {"inverse": True, "control_kind": "shared engine-wide RNG (--shared-rng)"})  # fmt: skip
+    _enforce(invariance, rec, t, out, "divergent")
     return rec

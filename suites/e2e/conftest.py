@@ -60,11 +60,16 @@ def _connect(url: str, engine: str, role: str, expected: str) -> Target:
 
 
 def _start(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, invariant: bool, *args: str
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    invariant: bool,
+    *args: str,
+    role: str | None = None,
 ) -> Target:
     from pytest_invariance.adapters.bundled import BundledEngine, EngineUnavailable
 
-    role, expected = ("target", "invariant") if invariant else ("control", "default")
+    expected = "invariant" if invariant else "default"
+    role = role or ("target" if invariant else "control")
     eng = BundledEngine(invariant=invariant, extra_args=list(args), log_dir=tmp_path_factory.mktemp("engine"))
     try:
         adapter = eng.start()
@@ -90,6 +95,13 @@ def control_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     if url:
         return _connect(url, _opt(request.config, "invariance_engine") or "openai", "control", "default")
     return _start(request, tmp_path_factory, invariant=False)
+
+
+@pytest.fixture(scope="session")
+def shared_rng_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    """The bundled engine in invariant mode but sampling from one engine-wide RNG: the positive
+    control of seeded sampling whose only batch dependence is the sampler's (started on demand)."""
+    return _start(request, tmp_path_factory, True, "--shared-rng", role="control")
 
 
 # The prefix cache lets identical prompts skip most of their prefill, which removes the batch mixing
