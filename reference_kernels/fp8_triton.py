@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .matmul_triton import SMALL_M, TileConfig, _sm_count
+from .matmul_triton import SMALL_M, TileConfig, _cdiv, _sm_count
 
 _LARGE = TileConfig(128, 256, 128, 8, 8, 3)
 _BLOCK_K = 128
@@ -29,7 +29,7 @@ def pick_config(m: int, n: int, device: torch.device, interpret: bool) -> TileCo
         return _LARGE
     target = 2 * _sm_count(device)
     block_n = 128
-    while block_n > 16 and triton.cdiv(n, block_n) < target:
+    while block_n > 16 and _cdiv(n, block_n) < target:
         block_n //= 2
     return TileConfig(64, block_n, _BLOCK_K, 1, 4, 5)
 
@@ -124,7 +124,7 @@ def fp8_mm_triton(
     if stride_as and xs.numel() != m:
         raise ValueError(f"x_scale must have 1 or M={m} elements, got {xs.numel()}")
     ws = w_scale.to(torch.float32).reshape(-1)[:1].contiguous()
-    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    grid = (_cdiv(m, cfg.block_m) * _cdiv(n, cfg.block_n),)
     kwargs = {} if interpret else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     kernel[grid](
         xq,

@@ -76,6 +76,11 @@ _INTERPRET = {
 DTYPES = tuple(_LARGE)
 
 
+def _cdiv(a: int, b: int) -> int:
+    """Integer ceiling division (``triton.cdiv`` is a JIT-wrapped helper, ~8 us per host call)."""
+    return -(-a // b)
+
+
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
@@ -98,7 +103,7 @@ def pick_config(
     if dtype == torch.float32 or not _hopper(device):
         # Decode class with the large class's BLOCK_K: spread N over >= 2 programs per SM.
         block_n = 128
-        while block_n > 16 and triton.cdiv(n, block_n) < 2 * sms:
+        while block_n > 16 and _cdiv(n, block_n) < 2 * sms:
             block_n //= 2
         stages = 4 if dtype == torch.float32 else 5
         return TileConfig(64, block_n, _SMALL_BLOCK_K[dtype], 1, 4, stages)
@@ -107,9 +112,9 @@ def pick_config(
     # accumulator, in the same K order: measured bit-identical to the large class
     # on the H200 (bench_gemm.py --sweep-decode) and checked by the suites at 64 vs 65.
     block_n = 64
-    while block_n > 16 and triton.cdiv(n, block_n) < sms // 2:
+    while block_n > 16 and _cdiv(n, block_n) < sms // 2:
         block_n //= 2
-    if triton.cdiv(n, block_n) >= 2 * sms:
+    if _cdiv(n, block_n) >= 2 * sms:
         return TileConfig(64, block_n, 64, 1, 4, 6)  # many programs already: shallow tiles, deep pipeline
     if block_n == 64:
         return TileConfig(64, 64, 128, 1, 4, 6)
@@ -245,7 +250,7 @@ def bmm_triton(
         bstrides = bias_v.stride()
     else:
         bias_v, bstrides = c, (0, 0, 0)
-    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n), zdim)
+    grid = (_cdiv(m, cfg.block_m) * _cdiv(n, cfg.block_n), zdim)
     kwargs = {} if interpret else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     kernel[grid](
         a,
