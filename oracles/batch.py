@@ -154,15 +154,17 @@ def batch_size_oracle(
     if rows.shape[0] < need:
         raise ValueError(f"need {need} rows for batch size {need}, got {rows.shape[0]}")
     alone = _probe_out(f, rows[:1], 0)
-    prints: dict[int, BitsKey] = {1: BitsKey(alone)}
+    want_classes = res.classes is None  # classes come from the first trial
+    prints: dict[int, BitsKey] = {1: BitsKey(alone)} if want_classes else {}
     for n in batch_sizes:
         if n == 1:
             continue
         out = _probe_out(f, rows[:n], 0)
-        prints[n] = BitsKey(out)
+        if want_classes:
+            prints[n] = BitsKey(out)
         res.add(Point(n, 0, trial, compare(alone, out, c)))
     res.trials += 1
-    if res.classes is None:
+    if want_classes:
         res.classes = equivalence_classes(prints)
     return res
 

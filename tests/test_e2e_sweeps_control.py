@@ -6,18 +6,21 @@ from pytest_invariance.suites.e2e._sweeps import Outcome, Target, control_record
 
 
 class _Adapter:  # the fields a Target label reads; no requests are made
-    engine = "openai"
-    base_url = "http://target:8000"
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.base_url = f"http://{engine}:8000"
 
 
-def _target(origin: str, role: str) -> Target:
-    return Target(_Adapter(), role, "invariant" if role == "target" else "default", mode="x", origin=origin)
+def _target(engine: str, model: str, role: str = "target") -> Target:
+    expected = "invariant" if role == "target" else "default"
+    return Target(_Adapter(engine), role, expected, info={"model": model}, mode="x")
 
 
-def test_control_on_the_bundled_engine_for_a_url_target_is_foreign() -> None:
+def test_control_on_another_engine_or_model_is_foreign() -> None:
     out = Outcome(True, {"unique": [1, 3]}, "3 unique", {})
-    rec = control_record(_target("url", "target"), _target("bundled", "control"), out)
+    rec = control_record(_target("vllm", "llama"), _target("bundled", "demo", "control"), out)
     assert rec["foreign"] and "--invariance-url-control" in rec["note"] and rec["diverged"] is True
-    same = control_record(_target("url", "target"), _target("url", "control"), out)
+    same = control_record(_target("vllm", "llama"), _target("vllm", "llama", "control"), out)
     assert not same["foreign"] and "note" not in same
-    assert not control_record(_target("bundled", "target"), _target("bundled", "control"), out)["foreign"]
+    assert control_record(_target("vllm", "llama"), _target("sglang", "llama", "control"), out)["foreign"]
+    assert control_record(_target("openai", "llama"), _target("openai", "qwen", "control"), out)["foreign"]

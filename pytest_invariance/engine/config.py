@@ -162,3 +162,8 @@ def llama3_8b_sized(vocab_size: int = BYTE_VOCAB_SIZE) -> ModelConfig:
 
 
 PRESETS = {"demo": ModelConfig, "llama3-8b": llama3_8b_sized}
+
+
+def preset_for_model_name(name: str | None) -> str | None:
+    """The ``--preset`` that serves a model of this name (None for a real or unknown model)."""
+    return next((key for key, make in PRESETS.items() if make().name == name), None)

@@ -19,8 +19,9 @@ One kernel body serves prefill and decode so that both do the same arithmetic:
   comes from its length only, never from the batch or the SM count.
 - Tiles, block sizes and warps are fixed constants: no autotuning (a tuned config
   may differ between shapes and so between batch sizes). The split size is a
-  runtime argument: one compiled kernel serves every split size (the split-KV
-  mutants call these kernels with a batch-dependent one).
+  runtime argument, so split sizes share compiled kernels (Triton specializes
+  an integer argument only on divisibility by 16); the split-KV mutants call these
+  kernels with a batch-dependent one.
 """
 
 from __future__ import annotations

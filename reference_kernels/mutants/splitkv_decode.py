@@ -11,7 +11,7 @@ On CPU: plain torch, partials per split in fp32 (softmax over the split, log-sum
 merge), as the real kernels do. On CUDA: the reference Triton kernel itself, with
 its split *size* derived from the heuristic's count for the longest sequence in the
 batch: near-equal parts, ``ceil(L / n)`` keys each (the split size is a runtime
-argument of the kernel, so no recompilation). The only difference from the reference
+argument of the kernel, so compiled variants are shared). The only difference from the reference
 is then where the splits fall, which isolates the cause, at kernel speed. The split
 size must follow the length exactly: rounded to a power of two or a block multiple, a
 single sequence would keep 64-key splits anchored at 0 at every chunk length, and
@@ -108,6 +108,8 @@ def splitkv_decode(
     sms = _sms(q, sm_count)
     b, _, d = q.shape
     hkv = k_cache.shape[2]
+    if b == 0:
+        return torch.empty_like(q)
     if _use_triton(q, backend):
         from ..attention.triton_attn import decode_paged_triton
 
@@ -142,6 +144,8 @@ def splitkv_prefill(
     sms = _sms(q, sm_count)
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     nseq = len(cq) - 1
+    if nseq == 0:
+        return torch.empty_like(q)
     if _use_triton(q, backend):
         from ..attention.triton_attn import prefill_varlen_triton
 

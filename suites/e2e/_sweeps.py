@@ -60,7 +60,6 @@ class Target:
     info: dict | None = None
     mode: str | None = None
     log_path: str | None = None
-    origin: str = "bundled"  # "bundled": started by the suites; "url": a server the user pointed at
 
     @property
     def engine(self) -> str:
@@ -458,19 +457,26 @@ def _record(invariance: Any, t: Target, oracle: str, verdict: str, out: Outcome,
     )
 
 
+def engine_identity(t: Target) -> tuple:
+    """What must match for a control to speak for the target: adapter flavour and served model."""
+    info = t.info or {}
+    return (t.engine, info.get("model") or info.get("served_model_name"))
+
+
 def control_record(target: Target, control: Target, ctl_out: Outcome) -> dict:
     """The positive control's part of a record, flagged ``foreign`` when it ran on other software.
 
-    With ``--invariance-url`` and no ``--invariance-url-control`` the control is the bundled
-    engine: it shows that the sweep's prompts and comparison can observe batch dependence,
-    not that the target's own kernels would show it with invariance off.
+    Foreign means another engine or model than the target's (``engine_identity``): with
+    ``--invariance-url`` and no ``--invariance-url-control`` the control is the bundled engine,
+    which shows that the sweep's prompts and comparison can observe batch dependence, not that
+    the target's own kernels would show it with invariance off.
     """
     rec = {"name": f"inverse target {control.label}", "diverged": ctl_out.diverged,
            "evidence": {**ctl_out.evidence, "summary": ctl_out.summary},
-           "foreign": target.origin != control.origin}  # fmt: skip
+           "foreign": engine_identity(target) != engine_identity(control)}  # fmt: skip
     if rec["foreign"]:
-        rec["note"] = (f"the control ran on {control.label}, not on the target's engine with invariance off; "
-                       "pass --invariance-url-control for a control on the same software")  # fmt: skip
+        rec["note"] = (f"the control ran on {control.label}, not on the target's engine and model with "
+                       "invariance off (--invariance-url-control names one)")  # fmt: skip
     if ctl_out.error:
         rec["error"] = ctl_out.error
     return rec

@@ -54,7 +54,7 @@ def _connect(url: str, engine: str, role: str, expected: str) -> Target:
         if exc.field in ("connection", "timeout"):
             flag = "--invariance-url" if role == "target" else "--invariance-url-control"
             pytest.fail(f"{flag} {url} is unreachable: {exc}", pytrace=False)
-    t = Target(adapter, role, expected, origin="url")
+    t = Target(adapter, role, expected)
     t.refresh()
     return t
 
@@ -101,7 +101,16 @@ def control_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 def shared_rng_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
     """The bundled engine in invariant mode but sampling from one engine-wide RNG: the positive
     control of seeded sampling whose only batch dependence is the sampler's (started on demand)."""
-    return _start(request, tmp_path_factory, True, "--shared-rng", role="control")
+    info = request.getfixturevalue("target").info or {}
+    args = ["--shared-rng"]  # on the bundled target's device and preset, so its record's hardware is true
+    if info.get("device"):
+        args += ["--device", str(info["device"]).split(":")[0]]
+    from pytest_invariance.engine.config import preset_for_model_name
+
+    preset = preset_for_model_name(info.get("served_model_name"))
+    if preset:
+        args += ["--preset", preset]
+    return _start(request, tmp_path_factory, True, *args, role="control")
 
 
 # The prefix cache lets identical prompts skip most of their prefill, which removes the batch mixing

@@ -318,9 +318,14 @@ def _check_attention(
     shape = _shape(cfg, heads, length, device, pool.mixed)
     if kernel.role == "stock":
         pool.make(invariance.seed)
-        probe = torch.zeros((1, 1), dtype=torch.int64)
+        alone, whole = torch.zeros((1, 1), dtype=torch.int64), torch.arange(pool.n, dtype=torch.int64)[:, None]
+
+        def both_ends() -> None:  # the probe alone and the largest batch (backends refuse by shape)
+            run_rows(kernel.fn, pool, alone)
+            run_rows(kernel.fn, pool, whole)
+
         _skip_unsupported(
-            invariance, _refusal(lambda: run_rows(kernel.fn, pool, probe)), family=family, implementation=name,
+            invariance, _refusal(both_ends), family=family, implementation=name,
             oracle=oracle, quantization=QUANT[_dtype(device, name)], dtype=dt, shape=shape, extra={"device": device},
         )  # fmt: skip
     control, ctl_name = None, None
@@ -410,8 +415,12 @@ def test_attention_chunking(invariance, device, name, cfg, length, oracle):
 
         return run
 
+    def whole_and_smallest_chunk() -> None:  # the chunks take another SDPA path (a lower-right mask)
+        chunked(kernel.fn)(None, invariance.seed)
+        chunked(kernel.fn)(min(_chunk_sizes(device, length)), invariance.seed)
+
     _skip_unsupported(
-        invariance, _refusal(lambda: chunked(kernel.fn)(None, invariance.seed)), family="attention-prefill",
+        invariance, _refusal(whole_and_smallest_chunk), family="attention-prefill",
         implementation=name, oracle=oracle, quantization=QUANT[_dtype(device, name)], dtype=dt,
         shape=_shape(cfg, heads, length, device), extra={"device": device},
     )  # fmt: skip
