@@ -154,7 +154,11 @@ def test_moe_router(invariance, device, name, cfg_name, ties, oracle):
     def as_rows(fn):
         def run(logits: torch.Tensor) -> torch.Tensor:
             w, ids = fn(logits, cfg["k"], **kw)
-            return torch.cat([w.double(), ids.double()], dim=-1)  # slot order matters for the combine
+            # One integer row per token, slot order kept (it matters for the combine): the weights'
+            # fp32 bits (positive, so a difference counts ULPs) then the expert ids (a difference
+            # counts experts). As float64 both were exact too, but an id change read as ~4e18 ULP.
+            bits = w.float().contiguous().view(torch.int32).to(torch.int64)
+            return torch.cat([bits, ids.to(torch.int64)], dim=-1)
 
         return run
 
@@ -173,7 +177,7 @@ def test_moe_router(invariance, device, name, cfg_name, ties, oracle):
         expect=kernel.expect,
         batch_sizes=sizes,
         trials=_trials(invariance, device),
-        extra={"device": device, "out": "weights fp32 then ids, as float64"},
+        extra={"device": device, "out": "weights' fp32 bits then expert ids, as int64 (differences: ULPs, experts)"},
     )
 
 
