@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from ..attention import _use_triton
 from ..attention.stock import gather_paged
 
 DEFAULT_SMS = 132  # H100/H200 SXM
@@ -80,12 +81,6 @@ def splitkv_attend(q, k, v, n: int, *, causal: bool, scale: float) -> torch.Tens
     num = sum(o * torch.exp(m - mx) for o, m in zip(os_, ms, strict=True))
     den = sum(lsum * torch.exp(m - mx) for lsum, m in zip(ls, ms, strict=True))
     return (num / den).reshape(lq, hq, d).to(q.dtype)
-
-
-def _use_triton(q: torch.Tensor, backend: str) -> bool:
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"backend={backend!r}; expected auto, torch or triton")
-    return backend == "triton" or (backend == "auto" and q.is_cuda)
 
 
 def splitkv_decode(
