@@ -11,7 +11,7 @@ also gets a quick batch-size verdict (reference vs the split-K mutant as
 control), so the cost never travels without the invariance it buys.
 
     python benchmarks/bench_gemm.py --out "$OUT"            # all cases
-    python benchmarks/bench_gemm.py --out "$OUT" --sweep    # + candidate large tile configs at 8192^3
+    python benchmarks/bench_gemm.py --sweep-large           # candidate large-class tiles (TMA, persistent): time and bits
 
 writes ``$OUT/bench_gemm.jsonl`` (one ``perf`` record per configuration, with
 ``cost``) and prints a table last.
@@ -29,13 +29,19 @@ LLAMA = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down
 DECODE_M = (1, 16, 32, 64)
 PREFILL_M = (512, 4096)
 QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
-# Candidate large-M configs for --sweep: (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages).
-SWEEP = (
-    (128, 256, 64, 8, 8, 3),
-    (128, 256, 64, 8, 8, 4),
-    (128, 128, 64, 8, 4, 4),
-    (128, 128, 64, 8, 8, 5),
-    (256, 128, 64, 8, 8, 3),
+# Candidate large-M configs for --sweep-large:
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages, tma, persistent).
+SWEEP_LARGE = (
+    (128, 256, 64, 8, 8, 3, False, False),
+    (128, 256, 64, 8, 8, 4, False, False),
+    (128, 256, 64, 8, 8, 3, True, False),
+    (128, 256, 64, 8, 8, 4, True, False),
+    (128, 256, 64, 8, 8, 3, True, True),
+    (128, 256, 64, 8, 8, 4, True, True),
+    (128, 128, 64, 8, 4, 4, True, False),
+    (128, 128, 64, 8, 8, 5, True, True),
+    (256, 128, 64, 8, 8, 3, True, False),
+    (128, 256, 128, 8, 8, 2, True, False),
 )
 # Candidate decode-class (M <= 64) configs for --sweep-decode: (BLOCK_N, BLOCK_K, stages).
 # BLOCK_M stays 64 with 4 warps (warpgroup MMA, as in the large class).
@@ -63,7 +69,12 @@ def _cases(args) -> list[tuple[str, str, int, int, int]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="directory for bench_gemm.jsonl")
-    ap.add_argument("--sweep", action="store_true", help="also time candidate large tile configs at 8192^3")
+    ap.add_argument(
+        "--sweep-large",
+        action="store_true",
+        help="only time candidate large-class configs (8192^3 and prefill shapes) and check each is "
+        "bit-identical to the current large config",
+    )
     ap.add_argument("--only", choices=("matmul", "fp8"), help="one family only")
     ap.add_argument(
         "--sweep-decode",
@@ -89,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cuda"
     if args.sweep_decode:
         return _sweep_decode(torch, F, TileConfig, bmm_triton, dev)
+    if args.sweep_large:
+        return _sweep_large(torch, F, TileConfig, bmm_triton, dev)
     writer = PerfWriter(args.out, "bench_gemm")
     table = []
     verdicts: dict[tuple, tuple] = {}
@@ -176,31 +189,6 @@ def main(argv: list[str] | None = None) -> int:
         del pairs
         torch.cuda.empty_cache()
 
-    if args.sweep and args.only != "fp8":
-        for dt_name in ("bfloat16",):
-            dtype = getattr(torch, dt_name)
-            pairs = ring(
-                lambda i, d=dtype: (randn((8192, 8192), 2 * i, d), randn((8192, 8192), 2 * i + 1, d)),
-                2 * 8192 * 8192 * 2,
-                cap=8,
-            )
-            stock_ms = bench_ms(F.linear, pairs)
-            for cfg_t in SWEEP:
-                cfg = TileConfig(*cfg_t)
-
-                def run(x, w, cfg=cfg):
-                    return bmm_triton(x.unsqueeze(0), w.t().unsqueeze(0), config=cfg)[0]
-
-                try:
-                    ms = bench_ms(run, pairs)
-                except Exception as exc:  # noqa: BLE001 - a config that does not compile is reported, not fatal
-                    print(f"sweep {cfg_t}: {type(exc).__name__}: {exc}", file=sys.stderr)
-                    continue
-                table.append(
-                    (f"sweep{cfg_t}", QUANT[dt_name], 8192, 8192, 8192, ms, stock_ms, "-", float("nan"))
-                )
-            del pairs
-
     print(f"records: {writer.path}")
     print(
         f"{'family':<28}{'quant':<16}{'M':>6}{'K':>7}{'N':>8}{'ref ms':>10}{'stock ms':>10}{'ratio':>7}"
@@ -251,6 +239,53 @@ def _sweep_decode(torch, F, TileConfig, bmm_triton, dev) -> int:
                 print(
                     f"{k:>6}{n:>7}{m:>4}  {bn:>3}{bk:>4}{st:>3}{ms:>9.4f}{stock_ms:>9.4f}{stock_ms / ms:>7.3f}  {same}{tag}"
                 )
+    return 0
+
+
+def _sweep_large(torch, F, TileConfig, bmm_triton, dev) -> int:
+    """Large-class candidates (M > 64): time vs cuBLAS in the same run, and bits vs the current config.
+
+    A candidate may only replace the large config if it gives bits identical
+    to it on the same rows: the decode class was proven equal to the current
+    one. Prints one line per (shape, config); writes no records (exploration).
+    """
+    from pytest_invariance.reference_kernels.matmul_triton import pick_config
+
+    shapes = [("bfloat16", 8192, 8192, 8192), ("float16", 8192, 8192, 8192)]
+    shapes += [("bfloat16", m, k, n) for k, n in LLAMA.values() for m in PREFILL_M]
+    print(f"{'dtype':<9}{'M':>6}{'K':>7}{'N':>7}  {'config':<44}{'ms':>9}{'cuBLAS':>9}{'ratio':>7}  bits==current")
+    for dt_name, m, k, n in shapes:
+        dtype = getattr(torch, dt_name)
+        g = torch.Generator(device=dev).manual_seed(m + k + n)
+
+        def make(i, g=g, m=m, k=k, n=n, dtype=dtype):
+            return (
+                torch.randn((m, k), generator=g, device=dev, dtype=torch.float32).to(dtype),
+                torch.randn((n, k), generator=g, device=dev, dtype=torch.float32).to(dtype),
+            )
+
+        pairs = ring(make, (m * k + n * k) * 2, cap=8)
+        stock_ms = bench_ms(F.linear, pairs)
+        cur = pick_config(m, n, k, dtype, pairs[0][0].device, False)
+        want = bmm_triton(pairs[0][0][None], pairs[0][1].t()[None], config=cur)
+        for cfg in [cur, *(TileConfig(*c) for c in SWEEP_LARGE)]:
+
+            def run(x, w, cfg=cfg):
+                return bmm_triton(x[None], w.t()[None], config=cfg)[0]
+
+            label = (f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} g{cfg.group_m} w{cfg.num_warps} s{cfg.num_stages}"
+                     f"{' tma' if cfg.tma else ''}{' pers' if cfg.persistent else ''}"
+                     f"{' (current)' if cfg is cur else ''}")  # fmt: skip
+            try:
+                got = run(*pairs[0])
+                same = bool(torch.equal(got.view(torch.int16), want[0].view(torch.int16)))
+                ms = bench_ms(run, pairs)
+            except Exception as exc:  # noqa: BLE001 - a config that does not fit is reported, not fatal
+                print(f"{dt_name:<9}{m:>6}{k:>7}{n:>7}  {label:<44}  {type(exc).__name__}: {str(exc)[:80]}")
+                continue
+            print(f"{dt_name:<9}{m:>6}{k:>7}{n:>7}  {label:<44}{ms:>9.4f}{stock_ms:>9.4f}{stock_ms / ms:>7.3f}  {same}")
+        del pairs
+        torch.cuda.empty_cache()
     return 0
 
 

@@ -56,6 +56,8 @@ class TileConfig:
     group_m: int
     num_warps: int
     num_stages: int
+    tma: bool = False  # tiles fetched by TMA (Hopper, 16-bit, layouts TMA can read)
+    persistent: bool = False  # one program per SM walking the tiles (TMA kernel only)
 
 
 # BLOCK_K is the same in both classes of a dtype (see the module docstring).
@@ -199,21 +201,157 @@ def _mm_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m & mask_n)
 
 
-_interpreted = None
+@triton.jit
+def _mm_tma_kernel(
+    a_desc,
+    b_desc,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    stride_cm,
+    stride_cn,
+    stride_biasm,
+    stride_biasn,
+    alpha,
+    beta,
+    HAS_BIAS: tl.constexpr,
+    SCALE: tl.constexpr,
+    B_KMAJOR: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """The same per-element sum as ``_mm_kernel``, with tiles fetched by the TMA unit.
+
+    The descriptors zero-fill out-of-bounds reads (the K tail adds exact zeros,
+    as the masked loads do), so every element sees the same chain of k-steps
+    into its fp32 accumulator. ``B_KMAJOR``: B is given as W[N, K] (a linear
+    layer's weight) and each tile is transposed in shared memory. A persistent
+    grid (fewer programs than tiles, each walking the tiles in launch order)
+    only changes which program computes a tile, never a tile's arithmetic.
+    """
+    num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
+    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
+    num_in_group = GROUP_M * num_pid_n
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
+        group = tile // num_in_group
+        first_m = group * GROUP_M
+        group_size = tl.minimum(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + ((tile % num_in_group) % group_size)
+        pid_n = (tile % num_in_group) // group_size
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
+        for kk in range(0, (K + BLOCK_K - 1) // BLOCK_K):
+            a = a_desc.load([off_m, kk * BLOCK_K])
+            if B_KMAJOR:
+                b = b_desc.load([off_n, kk * BLOCK_K]).T
+            else:
+                b = b_desc.load([kk * BLOCK_K, off_n])
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc)
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        # The epilogue of ``_mm_kernel``, inlined: a nested jit call would not run
+        # under the interpreter wrapping that the CPU tests use.
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        if SCALE:
+            acc = acc * alpha
+        if HAS_BIAS:
+            bias = tl.load(
+                bias_ptr + offs_m[:, None] * stride_biasm + offs_n[None, :] * stride_biasn, mask=mask, other=0.0
+            ).to(tl.float32)
+            if SCALE:
+                bias = bias * beta
+            acc = acc + bias
+        tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+                 acc.to(c_ptr.dtype.element_ty), mask=mask)  # fmt: skip
 
 
-def _kernel_for(device: torch.device):
+_interpreted: dict = {}
+
+
+def _kernel_for(device: torch.device, kernel=None):
     """The compiled kernel on CUDA; on CPU the same Python kernel under Triton's interpreter."""
-    global _interpreted
+    kernel = _mm_kernel if kernel is None else kernel
     if device.type == "cuda":
-        return _mm_kernel, False
+        return kernel, False
     from triton.runtime.interpreter import InterpretedFunction
 
-    if isinstance(_mm_kernel, InterpretedFunction):  # TRITON_INTERPRET=1 at import
-        return _mm_kernel, True
-    if _interpreted is None:
-        _interpreted = InterpretedFunction(_mm_kernel.fn)
-    return _interpreted, True
+    if isinstance(kernel, InterpretedFunction):  # TRITON_INTERPRET=1 at import
+        return kernel, True
+    if kernel not in _interpreted:
+        _interpreted[kernel] = InterpretedFunction(kernel.fn)
+    return _interpreted[kernel], True
+
+
+def _tma_layout(a: torch.Tensor, b: torch.Tensor) -> bool | None:
+    """``B_KMAJOR`` if the TMA kernel can read these operands, else None.
+
+    TMA needs one batch, a unit stride in each operand's last dimension and
+    16-byte aligned base and row strides. The choice depends on layout only,
+    never on M; both kernels give the same bits (checked by ``bench_gemm.py
+    --sweep-large`` and by the suites across the 64/65 class edge).
+    """
+    if a.shape[0] != 1 or a.element_size() != 2:
+        return None
+    a2, b2 = a[0], b[0]
+    if a2.stride(1) != 1 or (a2.stride(0) * 2) % 16 or a2.data_ptr() % 16:
+        return None
+    if b2.stride(0) == 1 and (b2.stride(1) * 2) % 16 == 0:
+        kmajor = True
+    elif b2.stride(1) == 1 and (b2.stride(0) * 2) % 16 == 0:
+        kmajor = False
+    else:
+        return None
+    return None if b2.data_ptr() % 16 else kmajor
+
+
+def _interpreting(device: torch.device) -> bool:
+    return device.type != "cuda"
+
+
+def _launch_tma(kernel, a2, b2, c2, bias2, bstrides, kmajor: bool, tiles: int, cfg: TileConfig,
+                alpha: float, beta: float, *, has_bias: bool, upcast: bool, **kwargs) -> None:  # fmt: skip
+    """Build the TMA descriptors (zero padding past the edges) and launch ``_mm_tma_kernel``."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    a_desc = TensorDescriptor.from_tensor(a2, [cfg.block_m, cfg.block_k])
+    if kmajor:
+        b_desc = TensorDescriptor.from_tensor(b2.t(), [cfg.block_n, cfg.block_k])
+    else:
+        b_desc = TensorDescriptor.from_tensor(b2, [cfg.block_k, cfg.block_n])
+    # Persistent: one program per SM (two under the interpreter, so tests walk the loop).
+    progs = min(tiles, _sm_count(a2.device) if a2.is_cuda else 2) if cfg.persistent else tiles
+    m, n = c2.shape
+    kernel[(progs,)](
+        a_desc,
+        b_desc,
+        c2,
+        bias2,
+        m,
+        n,
+        a2.shape[1],
+        *c2.stride(),
+        *bstrides[1:],
+        float(alpha),
+        float(beta),
+        HAS_BIAS=has_bias,
+        SCALE=(alpha != 1 or beta != 1),
+        B_KMAJOR=kmajor,
+        UPCAST=upcast,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+        **kwargs,
+    )
 
 
 def bmm_triton(
@@ -237,8 +375,9 @@ def bmm_triton(
         raise TypeError(f"dtype mismatch: {a.dtype} vs {b.dtype}")
     zdim, m, k = a.shape
     n = b.shape[2]
-    kernel, interpret = _kernel_for(a.device)
-    cfg = config or pick_config(m, n, k, a.dtype, a.device, interpret)
+    cfg = config or pick_config(m, n, k, a.dtype, a.device, _interpreting(a.device))
+    kmajor = _tma_layout(a, b) if cfg.tma else None
+    kernel, interpret = _kernel_for(a.device, _mm_tma_kernel if kmajor is not None else None)
     # The interpreter's fp32->bf16 cast does not round to nearest even as the GPU
     # does: under it, bf16 results are stored as fp32 and rounded by torch.
     widen_out = interpret and a.dtype == torch.bfloat16
@@ -250,9 +389,16 @@ def bmm_triton(
         bstrides = bias_v.stride()
     else:
         bias_v, bstrides = c, (0, 0, 0)
-    grid = (_cdiv(m, cfg.block_m) * _cdiv(n, cfg.block_n), zdim)
+    tiles = _cdiv(m, cfg.block_m) * _cdiv(n, cfg.block_n)
     kwargs = {} if interpret else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
-    kernel[grid](
+    # The interpreter keeps bf16 as raw uint16 and its dot would multiply the bits:
+    # widen first (bf16 products are exact in fp32, as in the tensor core).
+    upcast = interpret and a.dtype == torch.bfloat16
+    if kmajor is not None:
+        _launch_tma(kernel, a[0], b[0], c[0], bias_v[0], bstrides, kmajor, tiles, cfg, alpha, beta,
+                    has_bias=bias is not None, upcast=upcast, **kwargs)  # fmt: skip
+        return c.to(a.dtype) if widen_out else c
+    kernel[(tiles, zdim)](
         a,
         b,
         c,
@@ -270,9 +416,7 @@ def bmm_triton(
         SCALE=(alpha != 1 or beta != 1),
         # fp32 must be IEEE, never TF32; for 16-bit inputs the setting is ignored by tl.dot.
         INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        # The interpreter keeps bf16 as raw uint16 and its dot would multiply the bits:
-        # widen first (bf16 products are exact in fp32, as in the tensor core).
-        UPCAST=interpret and a.dtype == torch.bfloat16,
+        UPCAST=upcast,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,

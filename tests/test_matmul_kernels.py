@@ -137,3 +137,58 @@ def test_triton_reference_on_cuda_invariant_across_class_edge(dtype):
     rel = ((f(x).double() - exact).norm() / exact.norm()).item()
     # IEEE fp32 over K=4096 lands near 1e-6 relative; TF32 would be ~1e-3, so 1e-5 still tells them apart.
     assert rel < (1e-5 if dtype == torch.float32 else 1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("layout", ["weight-view", "row-major"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+def test_tma_kernel_gives_the_pointer_kernels_bits(dtype, layout, persistent, monkeypatch):
+    """TMA tiles (zero-filled past the edges) feed the same k-steps as masked loads: same bits, tails included."""
+    from pytest_invariance.reference_kernels import matmul_triton as mt
+
+    launched = []
+    real = mt._launch_tma
+    monkeypatch.setattr(mt, "_launch_tma", lambda *a, **k: launched.append(a[6]) or real(*a, **k))
+    g = torch.Generator().manual_seed(7)
+    m, k, n = 37, 40, 24  # tails in every dimension of a 16x16x16 tile; 80-byte rows stay TMA-aligned
+    a = torch.randn(m, k, generator=g).to(dtype)
+    w = torch.randn(n, k, generator=g).to(dtype)
+    b = w.t() if layout == "weight-view" else w.t().contiguous()
+    bias = torch.randn(n, generator=g).to(dtype).expand(m, n)[None]
+    pointer = mt.TileConfig(16, 16, 16, 2, 4, 1)
+    tma = mt.TileConfig(16, 16, 16, 2, 4, 1, tma=True, persistent=persistent)
+    for args, kw in (((a[None], b[None]), {}), ((a[None], b[None], bias), {"alpha": 2.0, "beta": 0.5})):
+        want = mt.bmm_triton(*args, config=pointer, **kw)
+        got = mt.bmm_triton(*args, config=tma, **kw)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert launched == [layout == "weight-view"] * 2
+
+
+def test_tma_falls_back_to_pointer_loads_on_unaligned_rows():
+    """Rows whose byte stride TMA cannot address (K=20 bf16: 40 bytes) take the pointer kernel."""
+    from pytest_invariance.reference_kernels import matmul_triton as mt
+
+    a = torch.randn(3, 20).to(torch.bfloat16)
+    w = torch.randn(8, 20).to(torch.bfloat16)
+    assert mt._tma_layout(a[None], w.t()[None]) is None
+    assert mt._tma_layout(a[None, :, :16], w.t()[None, :16]) is None  # 40-byte row stride even when sliced
+    assert mt._tma_layout(torch.randn(2, 3, 16).half(), torch.randn(2, 16, 8).half()) is None  # batched
+    got = mt.bmm_triton(a[None], w.t()[None], config=mt.TileConfig(16, 16, 16, 1, 4, 1, tma=True))[0]
+    exact = a.double() @ w.double().T
+    torch.testing.assert_close(got.double(), exact, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_tma_and_pointer_kernels_agree_on_cuda(dtype):
+    """On the GPU the large class's TMA kernel and the pointer kernel give the same bits (layer shapes, tails)."""
+    from pytest_invariance.reference_kernels import matmul_triton as mt
+
+    for m, k, n in ((300, 4096, 6144), (129, 14336, 4096), (65, 896, 1152), (200, 4000, 520)):
+        a = rows_pool(m, (k,), 3, dtype, "cuda")
+        w = rows_pool(n, (k,), 4, dtype, "cuda")
+        want = mt.bmm_triton(a[None], w.t()[None], config=mt.TileConfig(128, 256, 64, 8, 8, 3))
+        for cfg in (mt.pick_config(m, n, k, dtype, a.device, False),
+                    mt.TileConfig(128, 256, 64, 8, 8, 3, tma=True, persistent=True)):  # fmt: skip
+            got = mt.bmm_triton(a[None], w.t()[None], config=cfg)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (m, k, n, cfg)
