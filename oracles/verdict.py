@@ -7,6 +7,9 @@ have seen a divergence had there been one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 INVARIANT = "invariant"
 DIVERGENT = "divergent"
 VACUOUS = "vacuous"
@@ -53,3 +56,19 @@ def check_verdict(value: str) -> str:
     if value not in VERDICTS:
         raise ValueError(f"unknown verdict {value!r}; expected one of {', '.join(VERDICTS)}")
     return value
+
+
+def vacuous_by_construction(rec: Mapping[str, Any]) -> str | None:
+    """The declared reason a ``vacuous`` record could never have diverged, or None.
+
+    A suite declares it (``extra.vacuous_by_construction``) for configurations
+    where every correct implementation returns the same bits whatever the
+    schedule: attention over one key returns v exactly. Such a record says
+    nothing about the implementation, so it does not pull its cell down to
+    ``vacuous`` when other configurations of the cell were tested; it is
+    counted and named in the cell's evidence instead. Any other verdict
+    counts as usual (a divergence at one key is a real failure).
+    """
+    extra = rec.get("extra") if isinstance(rec.get("extra"), Mapping) else {}
+    reason = extra.get("vacuous_by_construction")
+    return str(reason) if rec.get("verdict") == VACUOUS and reason else None

@@ -26,7 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from . import plots
-from .oracles.verdict import DIVERGENT, INCOMPLETE, INVARIANT, UNSUPPORTED, VACUOUS, VERDICTS, worst
+from .oracles.verdict import (
+    DIVERGENT,
+    INCOMPLETE,
+    INVARIANT,
+    UNSUPPORTED,
+    VACUOUS,
+    VERDICTS,
+    vacuous_by_construction,
+    worst,
+)
 from .records import SCHEMA, record_key
 
 MATRIX_SCHEMA = "pytest-invariance.matrix/1"
@@ -241,7 +250,9 @@ def build_cells(records: Iterable[Mapping[str, Any]]) -> list[dict]:
     for rec in latest_records(records):
         groups[cell_key(rec)].append(rec)
     cells = []
-    for key, recs in groups.items():
+    for key, all_recs in groups.items():
+        trivial = [r for r in all_recs if vacuous_by_construction(r)]
+        recs = [r for r in all_recs if not vacuous_by_construction(r)] or all_recs
         verdict = worst([r["verdict"] for r in recs])
         rep = sorted((r for r in recs if r["verdict"] == verdict), key=_severity_key)[0]
         ev = rep.get("evidence") if isinstance(rep.get("evidence"), Mapping) else {}
@@ -264,6 +275,13 @@ def build_cells(records: Iterable[Mapping[str, Any]]) -> list[dict]:
             else {"name": control.get("name"), "diverged": control.get("diverged")},
             cost=cost_summary(recs),
         )
+        if trivial and recs is not all_recs:
+            reasons = sorted({vacuous_by_construction(r) for r in trivial})
+            cell["vacuous_by_construction"] = {"configs": len(trivial), "reasons": reasons}
+            cell["evidence_parts"].append(
+                f"{len(trivial)} more config{'s' if len(trivial) > 1 else ''} vacuous by construction"
+                f" [{'; '.join(reasons)}]"
+            )
         cell["evidence"] = oracle_text(cell)
         cells.append(cell)
     cells.sort(key=_cell_sort_key)
@@ -633,7 +651,11 @@ def _plots(recs: list[dict]) -> list[str]:
 def _json_cells(cells: list[dict]) -> list[dict]:
     keep = (*CELL_KEYS, "verdict", "evidence", "contracts", "cost", "records", "verdict_counts",
             "first", "max_ulp", "failures", "trials", "equivalence_classes", "nodeid", "control")  # fmt: skip
-    return [{k: c[k] for k in keep} for c in cells]
+    return [
+        {**{k: c[k] for k in keep}, **({"vacuous_by_construction": c["vacuous_by_construction"]}
+                                       if "vacuous_by_construction" in c else {})}
+        for c in cells
+    ]  # fmt: skip
 
 
 def render_json(recs_in: int, recs: list[dict], cells: list[dict]) -> str:

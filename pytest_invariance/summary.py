@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from pytest_invariance.oracles.verdict import SEVERITY, VERDICTS
+from pytest_invariance.oracles.verdict import SEVERITY, VERDICTS, vacuous_by_construction
 
 
 def _ulp(ev: dict) -> float:
@@ -13,7 +13,7 @@ def _ulp(ev: dict) -> float:
 
 
 def _worst_evidence(recs: list[dict]) -> str:
-    bad = [r for r in recs if r["verdict"] != "invariant"]
+    bad = [r for r in recs if r["verdict"] != "invariant" and not vacuous_by_construction(r)]
     if not bad:
         return ""
     worst = min(bad, key=lambda r: (SEVERITY.get(r["verdict"], -1), -_ulp(r.get("evidence") or {})))
@@ -43,6 +43,9 @@ def summary_lines(records: list[dict]) -> list[str]:
     for (family, impl), recs in sorted(groups.items()):
         counts = Counter(r["verdict"] for r in recs)
         text = " ".join(f"{v} {counts[v]}" for v in VERDICTS if counts[v])
+        trivial = sum(1 for r in recs if vacuous_by_construction(r))
+        if trivial:
+            text += f" ({trivial} vacuous by construction)"
         worst = _worst_evidence(recs)
         lines.append(f"{family + ' / ' + impl:<{width}}  {text}" + (f"  | {worst}" if worst else ""))
     return lines

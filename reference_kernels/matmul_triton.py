@@ -10,8 +10,10 @@ instruction, and not by M.
 
 The tile *configuration* does depend on M, by shape class (``M <= 64``:
 decode, small tiles, many programs; otherwise a large 128x256 tile for
-throughput). That is safe because the classes share what fixes an element's
-rounding sequence:
+throughput; on Hopper with 16-bit inputs, 128x128 persistent tiles while
+128x256 ones would not fill two waves of SMs, and tiles fed by the TMA unit
+in both, see ``_mm_tma_kernel``). That is safe because the classes share what
+fixes an element's rounding sequence:
 
 * the same K order, so the same chain of partial dots into the accumulator.
   fp32, and every dtype off Hopper, also keep the same ``BLOCK_K`` in both
@@ -66,6 +68,8 @@ _LARGE = {
     torch.float16: TileConfig(128, 256, 64, 8, 8, 3),
     torch.float32: TileConfig(128, 128, 32, 8, 8, 3),
 }
+_HOPPER_LARGE = TileConfig(128, 256, 64, 8, 8, 3, tma=True)
+_HOPPER_MEDIUM = TileConfig(128, 128, 64, 8, 8, 5, tma=True, persistent=True)
 _SMALL_BLOCK_K = {torch.bfloat16: 64, torch.float16: 64, torch.float32: 32}
 # Under the interpreter (CPU tests) one small config keeps numpy's per-block
 # matmul on a single shape; speed is irrelevant there.
@@ -99,9 +103,17 @@ def pick_config(
         raise TypeError(f"reference matmul supports {', '.join(map(str, DTYPES))}, got {dtype}")
     if interpret:
         return _INTERPRET[dtype]
-    if m > SMALL_M:
-        return _LARGE[dtype]
     sms = _sm_count(device)
+    if m > SMALL_M:
+        if dtype == torch.float32 or not _hopper(device):
+            return _LARGE[dtype]
+        # Hopper, 16-bit: TMA-fed tiles (bits equal to the pointer kernel's, see
+        # _mm_tma_kernel); 128x128 persistent while 128x256 tiles would not fill
+        # two waves of the SMs (prefill-sized M), 128x256 above. Chosen by
+        # ``bench_gemm.py --sweep-large`` on the H200.
+        if _cdiv(m, 128) * _cdiv(n, 256) >= 2 * sms:
+            return _HOPPER_LARGE
+        return _HOPPER_MEDIUM
     if dtype == torch.float32 or not _hopper(device):
         # Decode class with the large class's BLOCK_K: spread N over >= 2 programs per SM.
         block_n = 128

@@ -1,1 +1,13 @@
+import importlib
+
 pytest_plugins = ["pytester"]
+
+# pytester's in-process runs unload every module a run imported; numpy and torch
+# cannot be loaded twice in one process (the second import segfaults or refuses),
+# so a pytester test that runs first in a process would crash. Load them up front.
+# (The torch-free checks of the plugin run in subprocesses.)
+for _name in ("numpy", "torch"):
+    try:
+        importlib.import_module(_name)
+    except ImportError:
+        pass

@@ -266,3 +266,42 @@ def test_foreign_control_and_unsupported_reason_are_shown() -> None:
     assert "positive control on another engine" not in evidence_parts(rec())
     refused = rec(verdict="unsupported", evidence={"error": "RuntimeError: No available kernel."})
     assert any("No available kernel" in p for p in evidence_parts(refused))
+
+
+def _one_key(**kw) -> dict:
+    r = rec(verdict="vacuous", control={"name": "mutant:splitkv-decode", "diverged": False}, **kw)
+    r["extra"] = {"vacuous_by_construction": "one key: the output is v exactly"}
+    return r
+
+
+def test_vacuous_by_construction_is_named_not_the_headline(tmp_path: Path) -> None:
+    """A declared-trivial config (attention at one key) does not make a tested cell vacuous."""
+    recs = [
+        _one_key(shape={"L": 1}, nodeid="t::L1"),
+        rec(shape={"L": 255}, nodeid="t::L255"),
+        rec(shape={"L": 256}, nodeid="t::L256"),
+    ]
+    (cell,) = build_cells(recs)
+    assert cell["verdict"] == "invariant" and cell["records"] == 2
+    assert cell["evidence"] == (
+        "batch-size: invariant (1 more config vacuous by construction [one key: the output is v exactly],"
+        " 2/2 configs invariant)"
+    )
+    out = json.loads(render_matrix(recs, tmp_path)["json"].read_text())
+    assert out["cells"][0]["vacuous_by_construction"] == {
+        "configs": 1,
+        "reasons": ["one key: the output is v exactly"],
+    }
+
+
+def test_vacuous_by_construction_alone_or_undeclared_stays_vacuous() -> None:
+    """Only a declared reason exempts a record, and a cell with nothing else stays vacuous."""
+    (alone,) = build_cells([_one_key()])
+    assert alone["verdict"] == "vacuous"
+    undeclared = rec(verdict="vacuous", control={"name": "m", "diverged": False}, nodeid="t::x", shape={"L": 7})
+    (cell,) = build_cells([undeclared, rec(nodeid="t::y", shape={"L": 9})])
+    assert cell["verdict"] == "vacuous"
+    divergent_at_one_key = _one_key(nodeid="t::z")
+    divergent_at_one_key["verdict"] = "divergent"
+    (cell,) = build_cells([divergent_at_one_key, rec(nodeid="t::y", shape={"L": 9})])
+    assert cell["verdict"] == "divergent"

@@ -129,9 +129,17 @@ def _split(device: str) -> int:
     return GPU_SPLIT if device == "cuda" else CPU_SPLIT
 
 
+ONE_KEY = "one key: the softmax weight is exactly 1, so any schedule returns v"
+
+
 def _expect(kernel, length: int) -> str:
     """One key: every implementation returns v exactly, so no control can diverge (vacuous); measure it."""
     return "measure" if length == 1 and kernel.expect == "invariant" else kernel.expect
+
+
+def _extra(device: str, length: int, **more) -> dict:
+    """Record extras; at one key the record declares why it is vacuous (the matrix names it apart)."""
+    return {"device": device, **({"vacuous_by_construction": ONE_KEY} if length == 1 else {}), **more}
 
 
 def _control(kernels: dict, family: str, device: str, oracle: str):
@@ -347,7 +355,7 @@ def _check_attention(
         batch_sizes=sizes,
         repeats=3 if device == "cpu" else None,
         trials=_trials(invariance, device),
-        extra={"device": device},
+        extra=_extra(device, length),
     )
     if kernel.expect == "invariant" and rec["verdict"] == "divergent":
         # At one key the check is measured (vacuous is the honest verdict), but a
@@ -438,7 +446,7 @@ def test_attention_chunking(invariance, device, name, cfg, length, oracle):
         control_name=None if control is None else ctl_name,
         expect=_expect(kernel, length),
         trials=_trials(invariance, device),
-        extra={"device": device, "chunk_sizes_vs_split": "aligned and unaligned"},
+        extra=_extra(device, length, chunk_sizes_vs_split="aligned and unaligned"),
     )
 
 
@@ -525,8 +533,8 @@ def test_attention_prefill_decode(invariance, device, name, cfg, length):
         seed=invariance.seed,
         trials=result.trials,
         profile=invariance.profile,
-        extra={"device": device, "summary": result.describe(), "expect": dec[name].expect,
-               "prefill": f"{name} (attention-prefill)", "decode": f"{name} (attention-decode)"},
+        extra=_extra(device, length, summary=result.describe(), expect=dec[name].expect,
+                     prefill=f"{name} (attention-prefill)", decode=f"{name} (attention-decode)"),
     )  # fmt: skip
     invariance.expect_verdict(rec, _expect(dec[name], length))
 

@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import pytest
 
-from ._rowsuite import INTERPRET_WIDTH, QUANT, batch_limit, device_params, expect_for, pool_inputs, run_oracle
+from ._rowsuite import (
+    INTERPRET_WIDTH,
+    QUANT,
+    batch_limit,
+    device_params,
+    expect_for,
+    pool_inputs,
+    run_oracle,
+    trials_for,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -66,5 +75,6 @@ def test_rmsnorm(invariance, device, name, dtype_name, shape, oracle):
         shape={k: v for k, v in shape.items() if k != "label"},
         expect=expect_for(kernel.role, kernel.expect, oracle),
         limit=limit,
+        trials=trials_for(invariance, dtype_name, name, device),
         extra={"op": "rms_norm", "eps": EPS, "device": device},
     )

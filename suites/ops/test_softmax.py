@@ -15,7 +15,16 @@ from __future__ import annotations
 
 import pytest
 
-from ._rowsuite import INTERPRET_WIDTH, QUANT, batch_limit, device_params, expect_for, pool_inputs, run_oracle
+from ._rowsuite import (
+    INTERPRET_WIDTH,
+    QUANT,
+    batch_limit,
+    device_params,
+    expect_for,
+    pool_inputs,
+    run_oracle,
+    trials_for,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -65,6 +74,7 @@ def _check(invariance, fam, op, device, name, dtype_name, shape, oracle, control
         shape={"op": op, **{k: v for k, v in shape.items() if k != "label"}},
         expect=expect_for(kernel.role, kernel.expect, oracle),
         limit=limit,
+        trials=trials_for(invariance, dtype_name, name, device),
         extra={"op": op, "device": device},
     )
 
