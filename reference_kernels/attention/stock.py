@@ -131,7 +131,10 @@ def flex_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, scale=None
         kb = torch.stack([k[c:d] for _, _, c, d in grp]).transpose(1, 2)
         vb = torch.stack([v[c:d] for _, _, c, d in grp]).transpose(1, 2)
         a_, b_ = qb.shape[2], kb.shape[2]
-        off = b_ - a_
+        # The causal offset travels as a tensor: as a Python constant each new chunk
+        # offset would recompile, and past torch.compile's recompile limit Flex falls
+        # back to its unfused eager path, which would then be what gets measured.
+        off = torch.tensor(b_ - a_, device=q.device)
 
         def causal_mod(b, h, qi, ki, off=off):
             return ki <= qi + off
