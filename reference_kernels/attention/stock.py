@@ -110,10 +110,25 @@ def sdpa_decode(backend: str) -> Callable:
     return decode
 
 
+FLEX_RECOMPILE_LIMIT = 64
+
+
 @functools.lru_cache(maxsize=1)
 def _flex():
+    """Compiled FlexAttention, with room for the suites' many shapes and masks.
+
+    Every call shares one compiled frame, and each new head layout, mask or
+    shape class recompiles it; past torch.compile's recompile limit (8 by
+    default) Flex silently runs its unfused eager path instead, and that is
+    what a long session would then measure. The limit is raised for the
+    process (a global torch setting: only the stock Flex wrappers need it).
+    """
+    import torch._dynamo
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    cfg = torch._dynamo.config
+    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    setattr(cfg, name, max(getattr(cfg, name), FLEX_RECOMPILE_LIMIT))
     return torch.compile(flex_attention), create_block_mask
 
 
