@@ -167,6 +167,10 @@ def evidence_parts(rec: Mapping[str, Any]) -> list[str]:
         ulp = _num(ev.get("max_ulp"))
         if ulp:
             parts.append(f"max ULP {_fmt_ulp(ev.get('max_ulp'))}")
+            # ULPs count representable values, so a tiny sign flip near zero reads as
+            # tens of thousands of ULPs: the absolute size keeps that in proportion.
+            if _num(ev.get("max_abs")):
+                parts.append(f"max abs {_num(ev['max_abs']):.2g}")
         if ev.get("unique") is not None and not isinstance(ev.get("unique"), (list, dict)):
             parts.append(f"{ev['unique']} unique")
     elif verdict == VACUOUS:

@@ -50,10 +50,10 @@ def test_cells_carry_verdict_and_evidence() -> None:
     h200 = dict(family="matmul", implementation="torch", hardware="NVIDIA H200")
     bs = _cell(cells, oracle="batch-size", **h200)
     assert bs["verdict"] == "divergent"
-    assert bs["evidence"] == "batch-size: divergent (first N=16, max ULP 3, 4/5 trials)"
+    assert bs["evidence"] == "batch-size: divergent (first N=16, max ULP 3, max abs 1e-06, 4/5 trials)"
     assert _cell(cells, oracle="run-to-run", **h200)["evidence"] == "run-to-run: invariant"
     cpu = _cell(cells, family="matmul", implementation="torch", hardware="AMD EPYC 9654")
-    assert cpu["evidence"] == "batch-size: divergent (first N=8, max ULP 1, 5/5 trials)"
+    assert cpu["evidence"] == "batch-size: divergent (first N=8, max ULP 1, max abs 1e-06, 5/5 trials)"
     ref = _cell(cells, implementation="reference", oracle="batch-size")
     assert ref["cost"]["text"] == "0.93× stock" and ref["cost"]["ratio"] == 0.93
     vac = _cell(cells, family="rmsnorm")
@@ -92,7 +92,7 @@ def test_worst_verdict_across_shapes_decides_the_cell() -> None:
     (cell,) = build_cells(recs)
     assert cell["verdict"] == "divergent" and cell["records"] == 3
     assert (
-        cell["evidence"] == "batch-size: divergent (first N=32, max ULP 7, 4/5 trials, 1/3 configs divergent)"
+        cell["evidence"] == "batch-size: divergent (first N=32, max ULP 7, max abs 1e-06, 4/5 trials, 1/3 configs divergent)"
     )
     assert cell["nodeid"] == "t::b"
 
@@ -107,7 +107,7 @@ def test_render_writes_four_files_with_cells(tmp_path: Path) -> None:
     assert "| family | implementation | quantization | AMD EPYC 9654 | NVIDIA H200 |" in md
     row = next(line for line in md.splitlines() if line.startswith("| matmul | torch |"))
     assert (
-        "**divergent**: batch-size: divergent (first N=16, max ULP 3, 4/5 trials) · run-to-run: invariant"
+        "**divergent**: batch-size: divergent (first N=16, max ULP 3, max abs 1e-06, 4/5 trials) · run-to-run: invariant"
         in row
     )
     ref = next(line for line in md.splitlines() if line.startswith("| matmul | reference |"))
@@ -205,7 +205,7 @@ def test_invariant_to_divergent_is_a_regression(tmp_path: Path) -> None:
     regressions = compare_with_expected(now, expected)
     assert [str(r) for r in regressions] == [
         "matmul / torch / fp32-ieee on NVIDIA H200, batch-size: was invariant, now divergent — "
-        "batch-size: divergent (first N=16, max ULP 3, 4/5 trials)"
+        "batch-size: divergent (first N=16, max ULP 3, max abs 1e-06, 4/5 trials)"
     ]
     # cells work as input too
     assert compare_with_expected(build_cells(now), expected) == regressions
