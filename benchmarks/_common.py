@@ -75,13 +75,21 @@ def bench_graph_ms(fn: Callable, inputs: Sequence, replays: int = 30) -> float:
 
 
 def quick_verdict(fn: Callable, mutant: Callable, rows, sizes: Sequence[int] = QUICK_SIZES):
-    """Batch-size verdict of ``fn`` with ``mutant`` as the positive control: (verdict, evidence, control)."""
+    """Batch-size verdict of ``fn`` with ``mutant`` as the positive control: (verdict, evidence, control).
+
+    ``rows`` is one tensor (one trial) or a list of them (one trial each, both
+    sides on the same inputs): fp32 row reductions need several trials before
+    a split-sum control shows its divergence.
+    """
     from pytest_invariance.oracles.batch import batch_size_oracle
     from pytest_invariance.oracles.verdict import decide
 
-    sizes = [s for s in sizes if s <= rows.shape[0]]
-    res = batch_size_oracle(fn, rows, sizes)
-    ctl = batch_size_oracle(mutant, rows, sizes)
+    pools = list(rows) if isinstance(rows, (list, tuple)) else [rows]
+    sizes = [s for s in sizes if s <= min(p.shape[0] for p in pools)]
+    res = ctl = None
+    for t, pool in enumerate(pools):
+        res = batch_size_oracle(fn, pool, sizes, trial=t, result=res)
+        ctl = batch_size_oracle(mutant, pool, sizes, trial=t, result=ctl)
     control = {
         "name": getattr(mutant, "__name__", "mutant"),
         "diverged": ctl.diverged,
