@@ -173,6 +173,10 @@ def test_tma_falls_back_to_pointer_loads_on_unaligned_rows():
     assert mt._tma_layout(a[None], w.t()[None]) is None
     assert mt._tma_layout(a[None, :, :16], w.t()[None, :16]) is None  # 40-byte row stride even when sliced
     assert mt._tma_layout(torch.randn(2, 3, 16).half(), torch.randn(2, 16, 8).half()) is None  # batched
+    row = torch.randn(1, 16).half()
+    assert mt._tma_layout(row.expand(4, 16)[None], torch.randn(16, 8).half()[None]) is None  # broadcast rows
+    assert mt._tma_layout(row[None], torch.randn(8, 16).half().t()[None]) is True
+    assert mt._tma_layout(row[None], torch.randn(16, 8).half()[None]) is False
     got = mt.bmm_triton(a[None], w.t()[None], config=mt.TileConfig(16, 16, 16, 1, 4, 1, tma=True))[0]
     exact = a.double() @ w.double().T
     torch.testing.assert_close(got.double(), exact, rtol=1e-2, atol=1e-2)
