@@ -205,10 +205,9 @@ def _sweep_decode(torch, F, TileConfig, bmm_triton, dev) -> int:
     identical to the large-M config (so batch 64 vs 65 cannot tell the classes
     apart). Prints one line per (shape, config); writes no records (exploration).
     """
-    from pytest_invariance.reference_kernels.matmul_triton import _LARGE, pick_config
+    from pytest_invariance.reference_kernels.matmul_triton import pick_config
 
     dtype = torch.bfloat16
-    large = _LARGE[dtype]
     print(
         f"{'K':>6}{'N':>7}{'M':>4}  {'BN':>3}{'BK':>4}{'st':>3}{'ms':>9}{'cuBLAS':>9}{'ratio':>7}  bits==large"
     )
@@ -216,6 +215,7 @@ def _sweep_decode(torch, F, TileConfig, bmm_triton, dev) -> int:
         g = torch.Generator(device=dev).manual_seed(k + n)
         w = [torch.randn((n, k), generator=g, device=dev, dtype=torch.float32).to(dtype) for _ in range(4)]
         probe = torch.randn((64, k), generator=g, device=dev, dtype=torch.float32).to(dtype)
+        large = pick_config(65, n, k, dtype, probe.device, False)  # the class right above decode
         want = bmm_triton(probe[None], w[0].t()[None], config=large)[0]
         for m in (1, 64):
             pairs = [(probe[:m], wi) for wi in w]  # 4 weights: >= 128 MB, past the 50 MB L2

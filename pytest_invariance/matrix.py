@@ -168,8 +168,9 @@ def evidence_parts(rec: Mapping[str, Any]) -> list[str]:
         if ulp:
             parts.append(f"max ULP {_fmt_ulp(ev.get('max_ulp'))}")
             # ULPs count representable values, so a tiny sign flip near zero reads as
-            # tens of thousands of ULPs: the absolute size keeps that in proportion.
-            if _num(ev.get("max_abs")):
+            # tens of thousands of ULPs: the absolute size keeps that in proportion
+            # (both are maxima over the record, not necessarily of one element).
+            if _num(ev.get("max_abs")) is not None:  # 0 too: a +0/-0 flip is 0 apart
                 parts.append(f"max abs {_num(ev['max_abs']):.2g}")
         if ev.get("unique") is not None and not isinstance(ev.get("unique"), (list, dict)):
             parts.append(f"{ev['unique']} unique")

@@ -8,12 +8,14 @@ accumulator (``acc = dot(a_k, b_k, acc)``). Nothing else ever touches that
 element, so its rounding sequence is fixed by K, ``BLOCK_K`` and the MMA
 instruction, and not by M.
 
-The tile *configuration* does depend on M, by shape class (``M <= 64``:
-decode, small tiles, many programs; otherwise a large 128x256 tile for
-throughput; on Hopper with 16-bit inputs, 128x128 persistent tiles while
-128x256 ones would not fill two waves of SMs, and tiles fed by the TMA unit
-in both, see ``_mm_tma_kernel``). That is safe because the classes share what
-fixes an element's rounding sequence:
+The tile *configuration* does depend on M, by shape class: ``M <= 64`` is
+decode (small tiles, many programs); above it a large 128x256 tile for
+throughput. On Hopper with 16-bit inputs the class above 64 rows is split in
+two at the "two-wave edge" (where ``cdiv(M, 128) * cdiv(N, 256)`` reaches
+twice the SM count: M = 2049 for a 4096-wide layer on 132 SMs, 257 for
+28672): 128x128 persistent tiles below it, 128x256 tiles from it, both fed by
+the TMA unit (``_mm_tma_kernel``). That is safe because the classes share
+what fixes an element's rounding sequence:
 
 * the same K order, so the same chain of partial dots into the accumulator.
   fp32, and every dtype off Hopper, also keep the same ``BLOCK_K`` in both
@@ -31,12 +33,15 @@ fixes an element's rounding sequence:
 
 ``BLOCK_M`` and ``BLOCK_N`` only decide which program owns an element and
 which rows share a tile; rows beyond M load zeros and are never stored, and a
-zero-padded K tail adds exact zeros. The GPU suites verify the claim across
-the class edge (batch 64 vs 65) with the batch-size oracle rather than trusting
-this paragraph.
+zero-padded K tail adds exact zeros; TMA tiles and masked pointer loads bring
+the same values. The GPU suites verify the claim rather than trusting this
+paragraph: the batch-size oracle compares a row alone (decode class) with the
+same row in batches of every class (the full profile reaches 2049 rows), and
+``tests/test_matmul_kernels.py`` compares the TMA and pointer kernels, both B
+layouts and the bias epilogue, on each side of the edges.
 
 Config choice may use N, K, dtype and the device's SM count (all fixed for a
-given layer on a given GPU), never the value of M inside a class.
+given layer on a given GPU), and M only through these classes.
 """
 
 from __future__ import annotations
@@ -268,7 +273,7 @@ def _mm_tma_kernel(
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc)
-        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_m = (off_m + tl.arange(0, BLOCK_M)).to(tl.int64)  # M*N may pass 2**31 (lm_head)
         offs_n = off_n + tl.arange(0, BLOCK_N)
         # The epilogue of ``_mm_kernel``, inlined: a nested jit call would not run
         # under the interpreter wrapping that the CPU tests use.
@@ -321,7 +326,7 @@ def _tma_layout(a: torch.Tensor, b: torch.Tensor) -> bool | None:
     never on M; both kernels give the same bits (checked by ``bench_gemm.py
     --sweep-large`` and by the suites across the class edges).
     """
-    if a.shape[0] != 1 or a.element_size() != 2 or not _tma_rows(a[0]):
+    if a.shape[0] != 1 or a.element_size() != 2 or a.shape[2] == 0 or not _tma_rows(a[0]):
         return None
     if _tma_rows(b[0].t()):
         return True  # B given as W[N, K], a linear layer's weight

@@ -185,14 +185,24 @@ def test_tma_falls_back_to_pointer_loads_on_unaligned_rows():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_tma_and_pointer_kernels_agree_on_cuda(dtype):
-    """On the GPU the large class's TMA kernel and the pointer kernel give the same bits (layer shapes, tails)."""
+    """On the GPU the TMA kernel (both B layouts, bias epilogue) and the pointer kernel give the same bits.
+
+    Shapes sit on both sides of the two-wave edge (cdiv(M,128)*cdiv(N,256) vs 2*SMs) and have tails.
+    """
     from pytest_invariance.reference_kernels import matmul_triton as mt
 
-    for m, k, n in ((2100, 4096, 6144), (300, 4096, 6144), (129, 14336, 4096), (65, 896, 1152), (200, 4000, 520)):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    edge = -(-2 * sms // 24) * 128  # first M of the 128x256 class for N=6144 (24 tiles of 256)
+    pointer = mt.TileConfig(128, 256, 64, 8, 8, 3)
+    for m, k, n in ((edge, 4096, 6144), (edge - 128, 4096, 6144), (300, 4096, 6144), (129, 14336, 4096),
+                    (65, 896, 1152), (200, 4000, 520)):  # fmt: skip
         a = rows_pool(m, (k,), 3, dtype, "cuda")
         w = rows_pool(n, (k,), 4, dtype, "cuda")
-        want = mt.bmm_triton(a[None], w.t()[None], config=mt.TileConfig(128, 256, 64, 8, 8, 3))
-        for cfg in (mt.pick_config(m, n, k, dtype, a.device, False),
-                    mt.TileConfig(128, 256, 64, 8, 8, 3, tma=True, persistent=True)):  # fmt: skip
-            got = mt.bmm_triton(a[None], w.t()[None], config=cfg)
-            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (m, k, n, cfg)
+        bias = rows_pool(1, (n,), 5, dtype, "cuda")[0].expand(m, n)[None]
+        for b in (w.t(), w.t().contiguous()):  # a linear layer's weight view, and a row-major [K, N]
+            for extra, kw in (((), {}), ((bias,), {"alpha": 2.0, "beta": 0.5})):
+                want = mt.bmm_triton(a[None], b[None], *extra, config=pointer, **kw)
+                for cfg in (mt.pick_config(m, n, k, dtype, a.device, False),
+                            mt.TileConfig(128, 256, 64, 8, 8, 3, tma=True, persistent=True)):  # fmt: skip
+                    got = mt.bmm_triton(a[None], b[None], *extra, config=cfg, **kw)
+                    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (m, k, n, cfg, kw)
