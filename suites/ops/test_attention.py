@@ -140,12 +140,12 @@ def _expect(kernel, length: int) -> str:
 ONE_KEY_ORACLES = ("batch-size", "batch-position", "chunking", "prefill-decode")
 
 
-def _extra(device: str, length: int, oracle: str, **more) -> dict:
+def _extra(device: str, length: int, oracle: str, mixed: bool = False, **more) -> dict:
     """Record extras; at one key a probe-row oracle declares why it is vacuous (the matrix names it apart).
 
-    Not run-to-run: it compares the whole batch, whose neighbours have more keys.
+    Run-to-run compares the whole batch: trivial only when every sequence has one key (not ``mixed``).
     """
-    trivial = length == 1 and oracle in ONE_KEY_ORACLES
+    trivial = length == 1 and (oracle in ONE_KEY_ORACLES or not mixed)
     return {"device": device, **({"vacuous_by_construction": ONE_KEY} if trivial else {}), **more}
 
 
@@ -362,7 +362,7 @@ def _check_attention(
         batch_sizes=sizes,
         repeats=3 if device == "cpu" else None,
         trials=_trials(invariance, device),
-        extra=_extra(device, length, oracle),
+        extra=_extra(device, length, oracle, pool.mixed),
     )
     if kernel.expect == "invariant" and rec["verdict"] == "divergent":
         # At one key the check is measured (vacuous is the honest verdict), but a
