@@ -21,14 +21,14 @@ import time
 
 import torch
 
-from pytest_invariance.engine.config import ModelConfig, llama3_8b_sized
+from pytest_invariance.engine.config import demo_model, llama3_8b_sized
 from pytest_invariance.engine.llm import LLM
 from pytest_invariance.engine.sampler import SamplingParams
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import PerfWriter  # noqa: E402
 
-MODELS = {"demo": ModelConfig(), "llama3-8b": llama3_8b_sized(vocab_size=128256)}
+MODELS = {"demo": demo_model(), "llama3-8b": llama3_8b_sized(vocab_size=128256)}
 
 
 def sync(device: str) -> None:

@@ -17,6 +17,12 @@ import time
 from pathlib import Path
 
 QUICK_SWEEPS = ("single", "needle", "mixed", "logprobs", "prefill_decode")
+# Default mode with one designed mechanism at a time (and neither): which one made it diverge.
+ABLATIONS = (
+    ("gemm m-bucket split-K only", ["--split-kv", "none"]),
+    ("split-KV decode only", ["--gemm-strategy", "one-pass"]),
+    ("neither (stock kernels only)", ["--gemm-strategy", "one-pass", "--split-kv", "none"]),
+)
 
 
 def _pytest_cmd(out: Path, target: str, control: str, sweeps: list[str], profile: str) -> list[str]:
@@ -50,6 +56,15 @@ def summarize(records: list[dict]) -> list[str]:
     return lines
 
 
+def _mechanisms(records: list[dict]) -> list[str]:
+    """``batch_mechanisms`` the default-mode engine reported (from the control's server info)."""
+    for rec in records:
+        info = (rec.get("extra") or {}).get("server_info") or {}
+        if info.get("mode") == "default" and info.get("batch_mechanisms"):
+            return list(info["batch_mechanisms"])
+    return []
+
+
 def _line(ev: dict) -> str:
     text = f"{ev.get('samples')} samples, {ev.get('unique')} unique"
     if isinstance(ev.get("unique"), int) and ev["unique"] > 1:
@@ -68,6 +83,28 @@ def _line(ev: dict) -> str:
     return text
 
 
+def ablation_lines(logs: Path, profile: str) -> list[str]:
+    """The single sweep on default-mode engines with one mechanism switched on at a time."""
+    from pytest_invariance.adapters.base import AdapterError
+    from pytest_invariance.adapters.bundled import BundledEngine
+    from pytest_invariance.suites.e2e._sweeps import Target, sweep_single
+
+    lines = []
+    for label, args in ABLATIONS:
+        eng = BundledEngine(invariant=False, extra_args=args, log_dir=logs)
+        try:
+            t = Target(eng.start(), "control", "default")
+            t.refresh()
+            out = sweep_single(t, profile, 0)
+        except (RuntimeError, AdapterError) as exc:
+            lines.append(f"{label:<30} error: {exc}")
+            continue
+        finally:
+            eng.stop()
+        lines.append(f"{label:<30} {_line(out.evidence)}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="pytest-invariance demo", description=__doc__)
     ap.add_argument(
@@ -76,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", choices=("quick", "full"), default="quick")
     ap.add_argument("--sweeps", default=",".join(QUICK_SWEEPS),
                     help="comma-separated e2e sweeps (default %(default)s)")  # fmt: skip
+    ap.add_argument("--no-ablation", action="store_true",
+                    help="skip the per-mechanism single sweeps that name what made default mode diverge")  # fmt: skip
     args = ap.parse_args(argv)
     from pytest_invariance.adapters.bundled import BundledEngine, EngineUnavailable
 
@@ -108,9 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         if records.exists()
         else []
     )
-    print("\n=== pytest-invariance demo: one prompt, many concurrent copies, greedy decoding ===")
+    ablation = [] if args.no_ablation else ablation_lines(logs, args.profile)
+    print("\n=== pytest-invariance demo: one prompt, batches of 1..16 copies in one request, greedy ===")
     for line in summarize(recs) or ["(no single-sweep record: see the pytest output above)"]:
         print("  " + line)
+    mechs = _mechanisms(recs)
+    if mechs:
+        print("  default mode's designed batch-dependent mechanisms: " + "; ".join(mechs))
+    if ablation:
+        print("  which mechanism made default mode diverge (single sweep, one switched on at a time):")
+        for line in ablation:
+            print("    " + line)
     print(f"records: {records}\nmatrix:  {out / 'matrix.md'}, {out / 'matrix.html'} (plots)")
     print(f"demo finished in {time.monotonic() - t0:.0f} s, pytest exit status {rc}")
     return rc

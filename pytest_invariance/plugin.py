@@ -54,6 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=None, help="trials per check, fresh inputs each (default 3)")
     group.addoption("--invariance-profile", dest="invariance_profile", choices=PROFILES, default=None,
                     help="sweep size: quick (CI) or full (switch points up to 2048 rows)")
+    group.addoption("--invariance-dispatch", dest="invariance_dispatch", choices=("list", "independent"),
+                    default=None, help="how e2e sweeps send a batch: list (one request carrying every prompt, "
+                    "the default) or independent (one connection per request, staggered arrivals)")
     group.addoption("--invariance-seed", dest="invariance_seed", metavar="N", type=int, default=None,
                     help="base seed of the input generators (default 0)")
     group.addoption("--invariance-expect", dest="invariance_expect", metavar="MATRIX.json", default=None,
@@ -65,6 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("invariance_trials", "default --invariance-trials", default=None)
     parser.addini("invariance_profile", "default --invariance-profile", default=None)
     parser.addini("invariance_expect", "default --invariance-expect", default=None)
+    parser.addini("invariance_dispatch", "default --invariance-dispatch (list or independent)", default=None)
 
 
 def _opt(config: pytest.Config, name: str):

@@ -14,7 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
+from .interpreter_dot import install as _install_interpreter_dot
 from .matmul_triton import SMALL_M, TileConfig, _cdiv, _sm_count
+
+_install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
 
 _LARGE = TileConfig(128, 256, 128, 8, 8, 3)
 _BLOCK_K = 128

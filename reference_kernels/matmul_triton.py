@@ -52,6 +52,10 @@ import torch
 import triton
 import triton.language as tl
 
+from .interpreter_dot import install as _install_interpreter_dot
+
+_install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
+
 SMALL_M = 64  # rows at or below this use the decode class
 
 

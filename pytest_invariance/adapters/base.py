@@ -253,6 +253,11 @@ class Adapter(ABC):
         """Drop cached prefixes; False where the engine offers no way to."""
         return False
 
+    def step_batch_sizes(self) -> dict[int, int] | None:
+        """Engine steps run so far by exact batch size (None where the engine does not report them).
+        A sweep diffs two readings to show whether its requests were really co-batched."""
+        return None
+
     # -- generation -----------------------------------------------------------------------------
     @abstractmethod
     def generate_one(self, prompt: Prompt, params: GenParams) -> Completion:

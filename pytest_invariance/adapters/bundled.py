@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -51,6 +52,21 @@ class BundledAdapter(VLLMAdapter):
         except AdapterError:
             return False
         return True
+
+    def step_batch_sizes(self) -> dict[int, int] | None:
+        """``invariance_engine_steps_by_batch_size_total`` from ``/metrics`` (None when unreadable)."""
+        try:
+            text = self.get("/metrics", timeout_s=10)
+        except AdapterError:
+            return None
+        return parse_steps_by_batch(text) if isinstance(text, str) else None
+
+
+_STEPS_BY_BATCH = re.compile(r'^invariance_engine_steps_by_batch_size_total\{batch_size="(\d+)"\} (\d+)$', re.M)
+
+
+def parse_steps_by_batch(text: str) -> dict[int, int]:
+    return {int(bs): int(n) for bs, n in _STEPS_BY_BATCH.findall(text)}
 
 
 def missing_engine_deps() -> list[str]:

@@ -1,8 +1,16 @@
 """The one place where the engine picks its kernels: stock torch or `reference_kernels`, per mode.
 
-Default mode is what a throughput-minded engine does: stock GEMMs (oneDNN / cuBLAS) over the whole
-step's token batch, grouped MoE GEMMs, SDPA prefill, and split-KV decode whose split count follows
-the batch size and the core / SM count. Invariant mode routes every reduction to
+Default mode is what a throughput-minded engine does, and its batch dependence is *designed*, not
+inherited from the host's BLAS (stock bf16 ``F.linear`` is batch-invariant on some x86 CPUs and not
+on others). Two mechanisms that real engines use make a row's arithmetic follow the batch on any host:
+
+- ``gemm_strategy="m-bucket"``: a GEMM strategy chosen by the step's token count M, as cuBLAS
+  heuristics and CUTLASS M-bucket dispatch choose one: split-K with fp32 partials for
+  ``M <= splitk_max_m`` (few output tiles, so K is cut to fill the machine), one stock pass above;
+- ``split_kv="auto"``: flash-decoding whose split count follows batch size and core / SM count.
+
+Both are knobs of ``EngineConfig`` reported by ``/server_info``; switched off, what remains is the
+stock kernels' own behaviour (grouped MoE GEMMs, SDPA prefill). Invariant mode routes every reduction to
 `pytest_invariance.reference_kernels`. A reference kernel that is not importable yet is *not*
 replaced silently: the fallback is named in `Kernels.routes`, which `LLMEngine.info()` reports.
 """
@@ -37,13 +45,15 @@ class AttnBatch:
 
 
 def parallel_units(device: torch.device) -> int:
-    """Work units a split-KV heuristic tries to fill: SMs on CUDA, intra-op threads x 4 on CPU."""
+    """Work units a split-KV heuristic tries to fill: SMs on CUDA; on CPU intra-op threads x 16 (a CPU
+    decode kernel cuts the KV so every thread has several chunks to balance). On a 2-core host with
+    4 KV heads that is 8 splits at batch 1, 4 at 2, 2 at 4 and 1 from 8 (capped by context length)."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, torch.get_num_threads()) * 4
+    return max(1, torch.get_num_threads()) * 16
 
 
-def auto_num_splits(batch: int, kv_heads: int, max_ctx: int, units: int, min_split: int = 32) -> int:
+def auto_num_splits(batch: int, kv_heads: int, max_ctx: int, units: int, min_split: int = 16) -> int:
     """Flash-decoding style split count: enough (batch x kv_head x split) programs to fill `units`."""
     by_occupancy = math.ceil(units / max(1, batch * kv_heads))
     return max(1, min(by_occupancy, max_ctx // min_split, 16))
@@ -54,6 +64,36 @@ def auto_num_splits(batch: int, kv_heads: int, max_ctx: int, units: int, min_spl
 
 def stock_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     return F.linear(x, w, b)
+
+
+def splitk_linear(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, parts: int = 4
+) -> torch.Tensor:
+    """Split-K GEMM: K cut into ``parts`` slices, each slice's product in fp32, the partials summed
+    in slice order, one rounding to the model dtype at the end (a split-K workspace reduction).
+
+    Every element sums the same K terms as the one-pass GEMM, in another order, so its fp32 value
+    differs in the low bits and some elements round to a different bf16: a row's bits then depend
+    on which side of the M bucket edge its step fell, whatever the host's BLAS does."""
+    acc: torch.Tensor | None = None
+    for xs, ws in zip(x.tensor_split(parts, dim=-1), w.tensor_split(parts, dim=-1), strict=True):
+        part = F.linear(xs.float(), ws.float())
+        acc = part if acc is None else acc + part
+    assert acc is not None
+    if b is not None:
+        acc = acc + b.float()
+    return acc.to(x.dtype)
+
+
+def m_bucket_linear(max_m: int, parts: int) -> Callable[..., torch.Tensor]:
+    """The default-mode GEMM: split-K at ``M <= max_m`` token rows, one stock pass above."""
+
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        if x.shape[0] <= max_m:
+            return splitk_linear(x, w, b, parts)
+        return F.linear(x, w, b)
+
+    return linear
 
 
 def stock_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -144,19 +184,26 @@ def decode_split_kv(
     scores = torch.einsum("bhgd,bshd->bhgs", qf, k.float()) * scale
     valid = torch.arange(s_len, device=q.device)[None, :] < ctx[:, None]
     scores = scores.masked_fill(~valid[:, None, None, :], _NEG)
+    if num_splits <= 1:  # one pass: one softmax over the whole context, one rounding
+        p = torch.softmax(scores, dim=-1)
+        return torch.einsum("bhgs,bshd->bhgd", p, v.float()).reshape(b, h, d).to(q.dtype)
     split = math.ceil(s_len / num_splits)
     outs, maxes, sums = [], [], []
     for s0 in range(0, s_len, split):
         sc = scores[..., s0 : s0 + split]
         mx = sc.amax(-1, keepdim=True)
         p = torch.exp(sc - mx)
-        sums.append(p.sum(-1, keepdim=True))
-        outs.append(torch.einsum("bhgs,bshd->bhgd", p, v[:, s0 : s0 + split].float()))
+        sm = p.sum(-1, keepdim=True)
+        # Each split's normalized output is stored in the model dtype (as paged-attention v2 keeps
+        # its tmp_out), with its max and exp-sum in fp32 for the merge.
+        o = torch.einsum("bhgs,bshd->bhgd", p, v[:, s0 : s0 + split].float()) / sm.clamp_min(1e-30)
+        outs.append(o.to(q.dtype).float())
+        sums.append(sm)
         maxes.append(mx)
     m_all = torch.stack(maxes).amax(0)
-    num = sum(o * torch.exp(mx - m_all) for o, mx in zip(outs, maxes, strict=True))
-    den = sum(sm * torch.exp(mx - m_all) for sm, mx in zip(sums, maxes, strict=True))
-    return (num / den).view(b, h, d).to(q.dtype)
+    w = [sm * torch.exp(mx - m_all) for sm, mx in zip(sums, maxes, strict=True)]
+    num = sum(o * wi for o, wi in zip(outs, w, strict=True))
+    return (num / sum(w)).reshape(b, h, d).to(q.dtype)
 
 
 # --- the per-mode kernel set -----------------------------------------------------------------------
@@ -184,19 +231,26 @@ class Kernels:
         self.units = parallel_units(device)
         self.routes: dict[str, str] = {}
         if not self.invariant:
-            self.linear = stock_linear
+            gemm = "cuBLAS" if device.type == "cuda" else "oneDNN/MKL"
+            if cfg.gemm_strategy == "m-bucket":
+                self.linear = m_bucket_linear(cfg.splitk_max_m, cfg.splitk_parts)
+                matmul = (f"m-bucket: split-K ({cfg.splitk_parts} fp32 partials) at M <= {cfg.splitk_max_m} "
+                          f"token rows, one-pass torch F.linear ({gemm}) above")  # fmt: skip
+            else:
+                self.linear = stock_linear
+                matmul = f"one-pass torch F.linear ({gemm}) over the step's token batch"
             self.rms_norm = stock_rms_norm
             self.log_softmax = stock_log_softmax
             self.route = stock_route
             self.experts = stock_experts
             self.write_kv = write_kv_stock
-            gemm = "cuBLAS" if device.type == "cuda" else "oneDNN/MKL"
             self.routes = {
-                "matmul": f"torch F.linear ({gemm}) over the step's token batch",
+                "matmul": matmul,
                 "rmsnorm": "torch eager",
                 "softmax": "torch log_softmax",
                 "attention-prefill": "torch SDPA per sequence, chunks cut by the step's token budget",
-                "attention-decode": f"split-KV, split count from batch and {self.units} parallel units"
+                "attention-decode": f"split-KV, split count from batch and {self.units} parallel units "
+                f"(splits of >= {cfg.split_kv_min_tokens} tokens)"
                 if cfg.split_kv == "auto"
                 else f"split-KV policy {cfg.split_kv}",
                 "moe-router": "torch softmax + topk",
@@ -260,6 +314,18 @@ class Kernels:
             r["attention-decode"] = f"stock FALLBACK: SDPA per sequence ({why})"
 
     @property
+    def batch_mechanisms(self) -> list[str]:
+        """The designed mechanisms that make a row depend on its batch here (empty in invariant mode)."""
+        if self.invariant:
+            return []
+        cfg, out = self.cfg, []
+        if cfg.gemm_strategy == "m-bucket":
+            out.append(f"gemm m-bucket (split-K x{cfg.splitk_parts} at M <= {cfg.splitk_max_m})")
+        if cfg.split_kv == "auto":
+            out.append(f"split-KV decode (splits from batch and {self.units} units)")
+        return out
+
+    @property
     def unrouted(self) -> list[str]:
         """Families that run stock code in invariant mode (empty when fully routed or in default mode)."""
         return sorted(k for k, v in self.routes.items() if "FALLBACK" in v)
@@ -281,7 +347,9 @@ class Kernels:
             rows = torch.tensor([m.q_starts[i] for i in m.decode_idx], device=q.device)
             max_ctx = max(m.ctx_lens[i] for i in m.decode_idx)
             if self.cfg.split_kv == "auto":
-                splits = auto_num_splits(len(m.decode_idx), self.kv_heads, max_ctx, self.units)
+                splits = auto_num_splits(
+                    len(m.decode_idx), self.kv_heads, max_ctx, self.units, self.cfg.split_kv_min_tokens
+                )
             elif self.cfg.split_kv == "fixed":
                 splits = max(1, math.ceil(max_ctx / self.cfg.split_kv_size))
             else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from .config import EngineConfig, ModelConfig
+from .config import EngineConfig, ModelConfig, demo_model
 from .engine import LLMEngine, StepOutput
 from .sampler import SamplingParams
 
@@ -34,7 +34,7 @@ class LLM:
         model = kwargs.pop("model", None)
         if isinstance(model, dict):
             model = ModelConfig(**model)
-        self.engine = LLMEngine(EngineConfig(model=model or ModelConfig(), **kwargs))
+        self.engine = LLMEngine(EngineConfig(model=model or demo_model(), **kwargs))
         self.tokenizer = self.engine.tokenizer
         self._n = 0
 

@@ -25,6 +25,7 @@ class Metrics:
         self.batch_sum = 0
         self.batch_last = 0
         self.batch_max = 0
+        self.steps_by_batch: dict[int, int] = {}  # exact sizes: a sweep diffs them around each level
         self.step_tokens_last = 0
         self.num_prefill_last = 0
         self.num_decode_last = 0
@@ -43,6 +44,7 @@ class Metrics:
             self.batch_sum += bs
             self.batch_last = bs
             self.batch_max = max(self.batch_max, bs)
+            self.steps_by_batch[bs] = self.steps_by_batch.get(bs, 0) + 1
             for i, edge in enumerate(BATCH_BUCKETS):
                 if bs <= edge:
                     self.batch_bucket_counts[i] += 1
@@ -126,6 +128,10 @@ class Metrics:
             ]
             for name, help_, value in counters:
                 lines += [f"# HELP {p}_{name} {help_}", f"# TYPE {p}_{name} counter", f"{p}_{name} {value}"]
+            lines += [f"# HELP {p}_steps_by_batch_size_total Engine steps by exact number of sequences.",
+                      f"# TYPE {p}_steps_by_batch_size_total counter"]  # fmt: skip
+            for bs in sorted(self.steps_by_batch):
+                lines.append(f'{p}_steps_by_batch_size_total{{batch_size="{bs}"}} {self.steps_by_batch[bs]}')
             lines += [f"# HELP {p}_requests_total Requests by outcome.", f"# TYPE {p}_requests_total counter"]
             for outcome in sorted(self.requests):
                 lines.append(f'{p}_requests_total{{outcome="{outcome}"}} {self.requests[outcome]}')

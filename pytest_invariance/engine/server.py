@@ -362,7 +362,7 @@ DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp1
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags of ``pytest-invariance serve``."""
-    from .config import PRESETS
+    from .config import GEMM_STRATEGIES, PRESETS
 
     p = _Parser(prog="pytest-invariance serve", description="Serve the bundled engine over HTTP.")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: loopback only)")
@@ -378,6 +378,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--shared-rng", action="store_true", help="one engine-wide RNG stream (a positive control)"
     )
+    p.add_argument("--gemm-strategy", choices=GEMM_STRATEGIES, default="m-bucket",
+                   help="default-mode GEMMs: m-bucket (split-K with fp32 partials at M <= --splitk-max-m, "
+                   "one pass above; a positive control) or one-pass (the stock GEMM only)")  # fmt: skip
+    p.add_argument("--splitk-max-m", type=_positive("--splitk-max-m"), default=8,
+                   help="largest step (token rows) that takes split-K under m-bucket (default 8)")  # fmt: skip
+    p.add_argument("--split-kv", choices=("auto", "none", "fixed"), default="auto",
+                   help="default-mode decode attention: auto (split count from batch and cores; a positive "
+                   "control), none (one pass) or fixed (splits of a fixed length)")  # fmt: skip
     p.add_argument(
         "--model", default=None, metavar="PATH", help="local Hugging Face dir (config.json + safetensors)"
     )
@@ -422,6 +430,9 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         "max_num_seqs": args.max_num_seqs,
         "enable_prefix_cache": args.prefix_cache,
         "shared_rng": args.shared_rng,
+        "gemm_strategy": args.gemm_strategy,
+        "splitk_max_m": args.splitk_max_m,
+        "split_kv": args.split_kv,
     }
     defaults = EngineConfig()
     kwargs["max_num_batched_tokens"] = max(defaults.max_num_batched_tokens, args.max_num_seqs)

@@ -158,9 +158,25 @@ def synthetic_weights(
         if not name.endswith(".bias") and name != "model.embed_tokens.weight":
             std = cfg.weight_scale / math.sqrt(shape[-1])
         if dev is not None and dev.type == "cuda":
-            yield name, synthetic_tensor_torch(cfg.seed, name, shape, std, dev).to(dtype)
+            t = synthetic_tensor_torch(cfg.seed, name, shape, std, dev)
         else:
-            yield name, torch.from_numpy(synthetic_tensor(cfg.seed, name, shape, std)).to(dtype)
+            t = torch.from_numpy(synthetic_tensor(cfg.seed, name, shape, std))
+        if name == "lm_head.weight" and cfg.lm_head_shared:
+            t = t + torch.from_numpy(lm_head_shared_row(cfg)).to(t.device)
+        yield name, t.to(dtype)
+
+
+def lm_head_shared_row(cfg: ModelConfig) -> np.ndarray:
+    """The direction every LM-head row shares (fp32, [hidden]), ``lm_head_shared`` logit stds long.
+
+    Real LM heads share a large common component (the frequency direction), so logits sit far from
+    zero and bf16 logits land on a coarse grid where the top two are often one ULP apart or tied.
+    Random rows alone give logits around zero and margins of many ULPs, so a one-ULP change of the
+    hidden state almost never changes a greedy token. Added in fp32, element-wise: the same bits on
+    every platform and device."""
+    u = synthetic_tensor(cfg.seed, "lm_head.shared_direction", (cfg.hidden,), 1.0).astype(np.float64)
+    row = cfg.lm_head_shared * cfg.weight_scale * u / math.sqrt(math.fsum(u * u))  # exactly rounded, no BLAS
+    return row.astype(np.float32)
 
 
 # --- safetensors (format: u64 little-endian header length, JSON header, raw little-endian bytes) ---

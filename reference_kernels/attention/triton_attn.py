@@ -32,6 +32,10 @@ import torch
 import triton
 import triton.language as tl
 
+from ..interpreter_dot import install as _install_interpreter_dot
+
+_install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
+
 BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4

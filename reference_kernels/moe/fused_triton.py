@@ -24,8 +24,11 @@ import torch
 import triton
 import triton.language as tl
 
+from ..interpreter_dot import install as _install_interpreter_dot
 from ..matmul_triton import _cdiv
 from .experts_torch import check_shapes, combine, quantize_rows
+
+_install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
 
 # The one tile configuration. Changing it changes bits (not invariance).
 BLOCK_M, BLOCK_N, BLOCK_K = 64, 64, 64

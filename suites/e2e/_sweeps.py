@@ -5,11 +5,13 @@ records. Each sweep returns an :class:`Outcome`; :func:`judge` runs it on the ta
 positive control (the inverse target, invariance off), decides the verdict (``vacuous`` when the
 control saw no divergence), records it and enforces the expectation.
 
-Why the sweeps look the way they do (measured on a 2-core CPU against the bundled engine in default
-mode): requests sent at the same instant are prefilled together and decode in lock-step, so the
-batch hardly changes and the output rarely does. Arrivals staggered by 10-30 ms mix new prefills
-into running decode steps, the per-step token count crosses GEMM blocking edges, and greedy
-completions split within ~5 tokens. Mixed prompt lengths make that mixing certain.
+Why the sweeps look the way they do: by default every batch is sent as one request carrying all
+its prompts (``--invariance-dispatch list``: OpenAI ``prompt`` as a list, SGLang ``text`` as a list),
+so the prompts are co-batched by construction and a busy machine cannot change what shared a step.
+``independent`` dispatch (one connection per request, arrivals staggered by 10-30 ms) stays
+available: it mixes new prefills into running decodes, as real traffic does. Where the engine
+reports per-step batch sizes (the bundled engine's ``/metrics``), each level's sizes go into the
+evidence, so a ``vacuous`` result says whether the requests were ever co-batched.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from pytest_invariance.oracles import sequences as S
 from pytest_invariance.oracles import verdict as V
 from pytest_invariance.oracles.sweeps import probe_positions
 
-from pytest_invariance.adapters import Adapter, AdapterError, GenParams, Progress
+from pytest_invariance.adapters import Adapter, AdapterError, Completion, GenParams, Progress
+from pytest_invariance.adapters.base import DISPATCH, INDEPENDENT, LIST
 
 PROBE = "The quick brown fox"
 JITTER_MS = (10.0, 30.0)
@@ -34,6 +37,7 @@ INFO_KEYS = (
     "device", "device_name", "num_threads", "max_num_seqs", "chunk_size", "chunked_prefill_size",
     "page_size", "block_size", "enable_prefix_cache", "disable_radix_cache", "split_kv", "kernels",
     "unrouted", "fully_invariant_routing", "attention_backend", "sampling_backend", "tp_size",
+    "gemm_strategy", "splitk_max_m", "split_kv_min_tokens", "batch_mechanisms",
 )  # fmt: skip
 # Neighbour texts of very different lengths (characters ~ tokens for byte-level tokenizers).
 _WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma "
@@ -60,6 +64,11 @@ class Target:
     info: dict | None = None
     mode: str | None = None
     log_path: str | None = None
+    dispatch: str = LIST  # how a batch is sent: one list request, or independent jittered requests
+
+    def __post_init__(self) -> None:
+        if self.dispatch not in DISPATCH:
+            raise ValueError(f"dispatch must be one of {', '.join(DISPATCH)}, got {self.dispatch!r}")
 
     @property
     def engine(self) -> str:
@@ -100,7 +109,7 @@ class Outcome:
     unsupported: str | None = None
 
 
-def decode_len(profile: str, quick: int = 24) -> int:
+def decode_len(profile: str, quick: int = 48) -> int:
     """Greedy tokens per request: longer in ``full``, where a late near-tie still gets its chance
     (a Llama-3-8B-sized model on the H200 forked at token 31 and 74 in the engine benchmark)."""
     return quick if profile == "quick" else 96
@@ -112,6 +121,44 @@ def levels(profile: str) -> list[int]:
 
 def _progress(label: str, total: int) -> Progress:
     return Progress(total, label)
+
+
+def dispatch_shape(t: Target) -> dict:
+    """How a sweep's batches were sent, for its record's shape."""
+    if t.dispatch == LIST:
+        return {"dispatch": LIST}
+    return {"dispatch": INDEPENDENT, "jitter_ms": list(JITTER_MS)}
+
+
+def send(
+    t: Target,
+    prompts: list,
+    params: GenParams,
+    seed: int,
+    bar: Progress | None = None,
+    batches: dict[str, dict[int, int]] | None = None,
+    key: str | None = None,
+) -> list[Completion]:
+    """One batch of prompts on ``t`` in its dispatch mode; with ``batches`` and ``key``, the engine
+    steps this batch ran, by batch size (from the engine's metrics, where it reports them)."""
+    before = t.adapter.step_batch_sizes() if batches is not None else None
+    if t.dispatch == LIST:
+        out = t.adapter.generate(prompts, params, dispatch=LIST, progress=bar)
+    else:
+        out = t.adapter.generate(prompts, params, jitter_ms=JITTER_MS, seed=seed, progress=bar)
+    if batches is not None and before is not None:
+        after = t.adapter.step_batch_sizes() or {}
+        delta = {bs: n - before.get(bs, 0) for bs, n in sorted(after.items()) if n > before.get(bs, 0)}
+        batches[key or str(len(prompts))] = delta
+    return out
+
+
+def co_batching(batches: dict[str, dict[int, int]]) -> dict:
+    """Evidence from per-level step batch sizes: the sizes seen and the largest step of each level."""
+    if not batches:
+        return {}
+    return {"step_batch_sizes": {k: {str(bs): n for bs, n in v.items()} for k, v in batches.items()},
+            "max_step_batch": {k: max(v, default=0) for k, v in batches.items()}}  # fmt: skip
 
 
 # -- sweeps ------------------------------------------------------------------------------------
@@ -161,23 +208,22 @@ def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
     lv = levels(profile)
     params = GenParams(max_tokens=decode_len(profile), logprobs=2)
     shape = {"sweep": "single", "prompt": PROBE, "max_tokens": params.max_tokens, "levels": lv,
-             "jitter_ms": list(JITTER_MS), "dispatch": "independent"}  # fmt: skip
+             **dispatch_shape(t)}  # fmt: skip
     outputs: dict[int, list[list[int]]] = {}
     lps: dict[int, list[Any]] = {}
+    batches: dict[str, dict[int, int]] = {}
     ref_top = None
     bar = _progress(f"single {t.engine}[{t.mode}]", sum(lv))
     try:
         for n in lv:
-            cs = t.adapter.generate(
-                [PROBE] * n, params, jitter_ms=JITTER_MS, seed=seed * 1000 + n, progress=bar
-            )
+            cs = send(t, [PROBE] * n, params, seed * 1000 + n, bar, batches)
             outputs[n] = [c.token_ids for c in cs]
             lps[n] = [c.logprobs for c in cs]
             if ref_top is None:
                 ref_top = cs[0].top_logprobs
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
-    return _sequence_outcome(outputs, ref_top, shape, logprobs=lps)
+    return _sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=lps)
 
 
 def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
@@ -185,11 +231,12 @@ def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
     n = 8 if profile == "quick" else 32
     params = GenParams(max_tokens=decode_len(profile), logprobs=2)
     shape = {"sweep": "needle", "prompt": PROBE, "max_tokens": params.max_tokens, "batch": n,
-             "jitter_ms": list(JITTER_MS)}  # fmt: skip
+             **dispatch_shape(t)}  # fmt: skip
     others = [neighbour(i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)] // 2 + 8) for i in range(n - 1)]
     positions = probe_positions(n)
     outputs: dict[int, list[list[int]]] = {}
     per_pos: dict[str, list[int]] = {}
+    batches: dict[str, dict[int, int]] = {}
     bar = _progress(f"needle {t.engine}[{t.mode}]", 1 + n * len(positions))
     try:
         alone = t.adapter.generate([PROBE], params, progress=bar)[0]
@@ -198,7 +245,7 @@ def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
         lps: dict[int, list[Any]] = {1: [alone.logprobs], n: []}
         for pos in positions:
             batch = others[:pos] + [PROBE] + others[pos:]
-            cs = t.adapter.generate(batch, params, jitter_ms=JITTER_MS, seed=seed * 1000 + pos, progress=bar)
+            cs = send(t, batch, params, seed * 1000 + pos, bar, batches, f"position {pos}")
             outputs[n].append(cs[pos].token_ids)
             lps[n].append(cs[pos].logprobs)
             per_pos[str(pos)] = cs[pos].token_ids
@@ -206,7 +253,8 @@ def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
         return _partial(outputs, shape, exc)
     differing = [int(p) for p, ids in per_pos.items() if ids != alone.token_ids]
     return _sequence_outcome(outputs, alone.top_logprobs, shape,
-                             {"positions": positions, "differing_positions": differing}, logprobs=lps)  # fmt: skip
+                             {"positions": positions, "differing_positions": differing, **co_batching(batches)},
+                             logprobs=lps)  # fmt: skip
 
 
 def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
@@ -214,9 +262,10 @@ def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
     lv = [1, 4, 8, 16] if profile == "quick" else [1, 4, 8, 16, 32, 64]
     params = GenParams(max_tokens=decode_len(profile), logprobs=2)
     shape = {"sweep": "mixed", "prompt": PROBE, "max_tokens": params.max_tokens, "levels": lv,
-             "neighbour_lengths": list(MIXED_LENGTHS), "jitter_ms": list(JITTER_MS)}  # fmt: skip
+             "neighbour_lengths": list(MIXED_LENGTHS), **dispatch_shape(t)}  # fmt: skip
     outputs: dict[int, list[list[int]]] = {}
     lps: dict[int, list[Any]] = {}
+    batches: dict[str, dict[int, int]] = {}
     ref_top = None
     bar = _progress(f"mixed {t.engine}[{t.mode}]", sum(lv))
     try:
@@ -225,14 +274,14 @@ def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
             slots = sorted({0, n // 2})
             for s in slots:
                 batch[s] = PROBE
-            cs = t.adapter.generate(batch, params, jitter_ms=JITTER_MS, seed=seed * 1000 + n, progress=bar)
+            cs = send(t, batch, params, seed * 1000 + n, bar, batches)
             outputs[n] = [cs[s].token_ids for s in slots]
             lps[n] = [cs[s].logprobs for s in slots]
             if ref_top is None:
                 ref_top = cs[0].top_logprobs
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
-    return _sequence_outcome(outputs, ref_top, shape, logprobs=lps)
+    return _sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=lps)
 
 
 def prefix_lengths(info: dict | None) -> list[int]:
@@ -251,7 +300,7 @@ def sweep_prefix(t: Target, profile: str, seed: int) -> Outcome:
     params = GenParams(max_tokens=16, logprobs=2)
     lengths = prefix_lengths(t.info)
     shape = {"sweep": "prefix", "prefix_lengths": lengths, "batch": n, "max_tokens": params.max_tokens,
-             "compared": "token ids and logprob bits"}  # fmt: skip
+             "compared": "token ids and logprob bits", **dispatch_shape(t)}  # fmt: skip
     rng = random.Random(seed)
     per_length: dict[str, Any] = {}
     bad: list[int] = []
@@ -262,9 +311,7 @@ def sweep_prefix(t: Target, profile: str, seed: int) -> Outcome:
             prefix = [rng.randrange(32, 127) for _ in range(length)]
             prompts = [prefix + [rng.randrange(32, 127) for _ in range(6)] for _ in range(n)]
             alone = t.adapter.generate([prompts[0]], params, progress=bar)[0]
-            cs = t.adapter.generate(
-                prompts, params, jitter_ms=JITTER_MS, seed=seed * 1000 + length, progress=bar
-            )
+            cs = send(t, prompts, params, seed * 1000 + length, bar)
             d = S.step_difference(alone.token_ids, alone.logprobs, cs[0].token_ids, cs[0].logprobs)
             per_length[str(length)] = d
             if d is not None:
@@ -299,13 +346,15 @@ def sweep_logprobs(t: Target, profile: str, seed: int) -> Outcome:
     """Batch 1 vs batch N: token ids and logprob bits at every step."""
     n = 8 if profile == "quick" else 32
     params = GenParams(max_tokens=decode_len(profile), logprobs=2)
-    shape = {"sweep": "logprobs", "prompt": PROBE, "batch": n, "max_tokens": params.max_tokens}
+    shape = {"sweep": "logprobs", "prompt": PROBE, "batch": n, "max_tokens": params.max_tokens,
+             **dispatch_shape(t)}  # fmt: skip
+    batches: dict[str, dict[int, int]] = {}
     try:
         bar = _progress(f"logprobs {t.engine}[{t.mode}]", 1 + n)
         alone = t.adapter.generate([PROBE], params, progress=bar)[0]
         batch = [neighbour(i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)]) for i in range(n)]
         batch[n // 2] = PROBE
-        cs = t.adapter.generate(batch, params, jitter_ms=JITTER_MS, seed=seed, progress=bar)
+        cs = send(t, batch, params, seed, bar, batches)
     except AdapterError as exc:
         return Outcome(None, {"error": str(exc)}, f"incomplete: {exc}", shape, error=str(exc))
     got = cs[n // 2]
@@ -318,7 +367,8 @@ def sweep_logprobs(t: Target, profile: str, seed: int) -> Outcome:
     ev = {"samples": 2, "unique": 1 if diff is None else 2, "concurrency": [1, n], "steps": steps,
           "first_step_difference": diff,
           "max_abs_logprob_diff": S.logprob_max_abs_diff(alone.logprobs, got.logprobs),
-          "first": {"batch_size": n, "token_index": diff["step"], "label": f"{diff['what']} at step {diff['step']}"} if diff else {}}  # fmt: skip
+          "first": {"batch_size": n, "token_index": diff["step"], "label": f"{diff['what']} at step {diff['step']}"} if diff else {},
+          **co_batching(batches)}  # fmt: skip
     if diff and diff["what"] == "token" and alone.top_logprobs:
         m = S.top_margin(alone.top_logprobs[diff["step"]])
         ev["first"].update(margin=m, margin_class=S.classify_margin(m))
@@ -533,16 +583,16 @@ def _seeded_sweep(invariance: Any, t: Target) -> tuple[Outcome, list]:
     lv = [1, 4, 8] if invariance.profile == "quick" else [1, 4, 8, 16, 32]
     params = GenParams(max_tokens=16, temperature=1.0, seed=1234)
     shape = {"sweep": "seeded-sampling", "prompt": PROBE, "temperature": 1.0, "seed": 1234, "levels": lv,
-             "max_tokens": params.max_tokens}  # fmt: skip
+             "max_tokens": params.max_tokens, **dispatch_shape(t),
+             "seeds_control_dispatch": INDEPENDENT}  # fmt: skip
     outputs: dict[int, list[list[int]]] = {}
     bar = _progress(f"seeded {t.engine}[{t.mode}]", sum(lv) + 4)
     others: list = []
     try:
         for n in lv:
-            cs = t.adapter.generate(
-                [PROBE] * n, params, jitter_ms=JITTER_MS, seed=invariance.seed * 1000 + n, progress=bar
-            )
+            cs = send(t, [PROBE] * n, params, invariance.seed * 1000 + n, bar)
             outputs[n] = [c.token_ids for c in cs]
+        # Four different seeds cannot share one list request (one set of sampling parameters each).
         seeds = [GenParams(max_tokens=16, temperature=1.0, seed=s) for s in (1, 2, 3, 4)]
         others = t.adapter.generate(
             [PROBE] * 4, seeds, jitter_ms=JITTER_MS, seed=invariance.seed, progress=bar

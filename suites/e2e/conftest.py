@@ -46,7 +46,14 @@ def _opt(config: pytest.Config, name: str):
     return value
 
 
-def _connect(url: str, engine: str, role: str, expected: str) -> Target:
+def _dispatch(config: pytest.Config) -> str:
+    value = config.getoption("invariance_dispatch") or config.getini("invariance_dispatch") or "list"
+    if value not in ("list", "independent"):
+        raise pytest.UsageError(f"invariance_dispatch must be list or independent, got {value!r}")
+    return value
+
+
+def _connect(config: pytest.Config, url: str, engine: str, role: str, expected: str) -> Target:
     adapter = make_adapter(engine, url, retries=2)
     try:
         adapter.get("/v1/models" if engine != "sglang" else "/model_info", timeout_s=15)
@@ -54,7 +61,7 @@ def _connect(url: str, engine: str, role: str, expected: str) -> Target:
         if exc.field in ("connection", "timeout"):
             flag = "--invariance-url" if role == "target" else "--invariance-url-control"
             pytest.fail(f"{flag} {url} is unreachable: {exc}", pytrace=False)
-    t = Target(adapter, role, expected)
+    t = Target(adapter, role, expected, dispatch=_dispatch(config))
     t.refresh()
     return t
 
@@ -76,7 +83,7 @@ def _start(
     except EngineUnavailable as exc:
         pytest.skip(f"e2e suites need the bundled engine: {exc}")
     request.addfinalizer(eng.stop)
-    t = Target(adapter, role, expected, log_path=str(eng.log_path))
+    t = Target(adapter, role, expected, log_path=str(eng.log_path), dispatch=_dispatch(request.config))
     t.refresh()
     return t
 
@@ -85,7 +92,8 @@ def _start(
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
     url = _opt(request.config, "invariance_url")
     if url:
-        return _connect(url, _opt(request.config, "invariance_engine") or "openai", "target", "invariant")
+        engine = _opt(request.config, "invariance_engine") or "openai"
+        return _connect(request.config, url, engine, "target", "invariant")
     return _start(request, tmp_path_factory, invariant=True)
 
 
@@ -93,7 +101,8 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def control_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
     url = request.config.getoption("invariance_url_control")
     if url:
-        return _connect(url, _opt(request.config, "invariance_engine") or "openai", "control", "default")
+        engine = _opt(request.config, "invariance_engine") or "openai"
+        return _connect(request.config, url, engine, "control", "default")
     return _start(request, tmp_path_factory, invariant=False)
 
 
