@@ -36,7 +36,9 @@ def _elementwise_dot(original: Any) -> Any:
     import triton.language as tl
     from triton.runtime.interpreter import TensorHandle
 
-    def create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
+    def create_dot(
+        self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any
+    ) -> Any:
         fp8 = any(h.dtype.primitive_bitwidth == 8 and h.dtype.is_floating() for h in (a, b))
         if fp8 or not (a.dtype.is_floating() and b.dtype.is_floating()):
             # Integer dots are exact (row-independent) already; fp8 keeps upstream's conversion.

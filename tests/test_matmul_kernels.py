@@ -206,3 +206,20 @@ def test_tma_and_pointer_kernels_agree_on_cuda(dtype):
                             mt.TileConfig(128, 256, 64, 8, 8, 3, tma=True, persistent=True)):  # fmt: skip
                     got = mt.bmm_triton(a[None], b[None], *extra, config=cfg, **kw)
                     assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (m, k, n, cfg, kw)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_interpreter_dot_is_elementwise_so_row_bits_ignore_their_tile(dtype):
+    """Under the interpreter ``tl.dot`` is replaced by an element-wise dot (see interpreter_dot):
+    the same row gives the same bits at any row of the tile, next to any other rows, whatever BLAS
+    numpy links. With numpy's matmul an fp32 row moved by 16384 ULP on an AMD EPYC."""
+    from pytest_invariance.reference_kernels import interpreter_dot
+
+    x, w = _xw(dtype, k=64, n=32, rows=20)
+    alone = matmul.linear(x[:1], w, backend="interpret")
+    assert interpreter_dot.installed()
+    for pos in (1, 10, 19):
+        batch = x.clone()
+        batch[pos] = x[0]
+        got = matmul.linear(batch, w, backend="interpret")[pos : pos + 1]
+        assert ulp_distance(got, alone).max() == 0, f"row at position {pos} differs"

@@ -127,6 +127,7 @@ class EngineConfig:
     split_kv: str = "auto"  # decode attention: "auto" (count from batch and cores), "none", or "fixed"
     split_kv_size: int = 256  # tokens per split when split_kv="fixed" (invariant policy)
     split_kv_min_tokens: int = 16  # "auto": no split shorter than this (the demo's contexts reach 2 splits)
+    prefix_attention: str = "cascade"  # control: "cascade" (LSE-merged prefix + chunk) or "one-pass" (SDPA)
     cuda_graph_buckets: tuple[int, ...] = ()  # control (GPU): pad decode batches up to these sizes
     shared_rng: bool = False  # control: one engine-wide torch generator for sampling
     num_threads: int = 0  # torch intra-op threads on CPU; 0 leaves torch's default
@@ -136,6 +137,8 @@ class EngineConfig:
             self.model = ModelConfig(**self.model)
         if self.split_kv not in ("auto", "none", "fixed"):
             raise ValueError(f"split_kv must be auto, none or fixed, got {self.split_kv!r}")
+        if self.prefix_attention not in ("cascade", "one-pass"):
+            raise ValueError(f"prefix_attention must be cascade or one-pass, got {self.prefix_attention!r}")
         if self.gemm_strategy not in GEMM_STRATEGIES:
             raise ValueError(f"gemm_strategy must be one of {', '.join(GEMM_STRATEGIES)}, got {self.gemm_strategy!r}")
         if self.splitk_max_m < 0 or self.splitk_parts < 2 or self.split_kv_min_tokens < 1:

@@ -254,6 +254,7 @@ class LLMEngine:
             "split_kv": cfg.split_kv,
             "split_kv_size": cfg.split_kv_size,
             "split_kv_min_tokens": cfg.split_kv_min_tokens,
+            "prefix_attention": cfg.prefix_attention,
             "batch_mechanisms": self.kernels.batch_mechanisms,
             "split_kv_units": self.kernels.units,
             "cuda_graph_buckets": list(cfg.cuda_graph_buckets),

@@ -7,9 +7,12 @@ on others). Two mechanisms that real engines use make a row's arithmetic follow 
 - ``gemm_strategy="m-bucket"``: a GEMM strategy chosen by the step's token count M, as cuBLAS
   heuristics and CUTLASS M-bucket dispatch choose one: split-K with fp32 partials for
   ``M <= splitk_max_m`` (few output tiles, so K is cut to fill the machine), one stock pass above;
-- ``split_kv="auto"``: flash-decoding whose split count follows batch size and core / SM count.
+- ``split_kv="auto"``: flash-decoding whose split count follows batch size and core / SM count;
+- ``prefix_attention="cascade"``: a prefill chunk with a prefix (a prefix-cache hit, or an earlier
+  chunk) attends to it and to itself as two LSE-merged partial softmaxes, so a warm request or a
+  chunk boundary computes differently from the same request cold and whole.
 
-Both are knobs of ``EngineConfig`` reported by ``/server_info``; switched off, what remains is the
+All are knobs of ``EngineConfig`` reported by ``/server_info``; switched off, what remains is the
 stock kernels' own behaviour (grouped MoE GEMMs, SDPA prefill). Invariant mode routes every reduction to
 `pytest_invariance.reference_kernels`. A reference kernel that is not importable yet is *not*
 replaced silently: the fallback is named in `Kernels.routes`, which `LLMEngine.info()` reports.
@@ -141,10 +144,50 @@ def _gather(cache: torch.Tensor, table: list[int], n: int) -> torch.Tensor:
     return cache[idx].reshape(-1, *cache.shape[2:])[:n]
 
 
-def prefill_sdpa(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, m: AttnBatch, i: int, scale: float
+def _partial_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 attention of q [H, n, d] over k, v [H, s, d]: normalized output and its log-sum-exp."""
+    scores = torch.einsum("hnd,hsd->hns", q.float(), k.float()) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, _NEG)
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    return torch.einsum("hns,hsd->hnd", torch.exp(scores - lse), v.float()), lse
+
+
+def cascade_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prefix: int, scale: float
 ) -> torch.Tensor:
-    """One sequence's new queries against its whole cached context with SDPA (causal by position)."""
+    """Queries of a chunk ([H, n, d]) over an earlier prefix and over themselves, merged by LSE.
+
+    What prefix-cache and chunked-prefill kernels do (vLLM's context attention, cascade attention):
+    the cached prefix and the new tokens are two partial softmaxes, each output rounded to the
+    model dtype, combined by their fp32 log-sum-exp. The same request computed cold runs one softmax over everything, so a warm
+    hit or a chunk boundary changes the rounding of the new tokens' attention."""
+    n = q.shape[1]
+    o1, l1 = _partial_attention(q, k[:, :prefix], v[:, :prefix], scale, None)
+    causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    o2, l2 = _partial_attention(q, k[:, prefix:], v[:, prefix:], scale, causal)
+    # Partial outputs are kept in the model dtype and their LSEs in fp32, as cascade kernels'
+    # merge-state steps take them.
+    o1, o2 = o1.to(q.dtype).float(), o2.to(q.dtype).float()
+    m = torch.maximum(l1, l2)
+    w1, w2 = torch.exp(l1 - m), torch.exp(l2 - m)
+    return ((o1 * w1 + o2 * w2) / (w1 + w2)).to(q.dtype)
+
+
+def prefill_sdpa(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    m: AttnBatch,
+    i: int,
+    scale: float,
+    cascade: bool = False,
+) -> torch.Tensor:
+    """One sequence's new queries against its whole cached context with SDPA (causal by position);
+    with ``cascade``, a chunk that has a prefix (cached or from an earlier chunk) goes through
+    :func:`cascade_attention` instead."""
     n, ctx = m.q_lens[i], m.ctx_lens[i]
     qi = q[m.q_starts[i] : m.q_starts[i] + n]  # [n, H, d]
     k = _gather(k_cache, m.block_tables[i], ctx)
@@ -156,6 +199,8 @@ def prefill_sdpa(
         o = F.scaled_dot_product_attention(
             qi.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, scale=scale
         )
+    elif cascade:
+        o = cascade_attention(qi.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), ctx - n, scale)
     else:
         pos_q = torch.arange(ctx - n, ctx, device=q.device)[:, None]
         mask = torch.arange(ctx, device=q.device)[None, :] <= pos_q
@@ -248,7 +293,9 @@ class Kernels:
                 "matmul": matmul,
                 "rmsnorm": "torch eager",
                 "softmax": "torch log_softmax",
-                "attention-prefill": "torch SDPA per sequence, chunks cut by the step's token budget",
+                "attention-prefill": "torch SDPA per sequence, chunks cut by the step's token budget"
+                + ("; a chunk with a prefix (cached or earlier chunk): cascade attention, LSE-merged"
+                   if cfg.prefix_attention == "cascade" else ""),  # fmt: skip
                 "attention-decode": f"split-KV, split count from batch and {self.units} parallel units "
                 f"(splits of >= {cfg.split_kv_min_tokens} tokens)"
                 if cfg.split_kv == "auto"
@@ -323,6 +370,8 @@ class Kernels:
             out.append(f"gemm m-bucket (split-K x{cfg.splitk_parts} at M <= {cfg.splitk_max_m})")
         if cfg.split_kv == "auto":
             out.append(f"split-KV decode (splits from batch and {self.units} units)")
+        if cfg.prefix_attention == "cascade":
+            out.append("cascade attention over a cached or earlier-chunk prefix")
         return out
 
     @property
@@ -342,7 +391,9 @@ class Kernels:
             if i in decode:
                 continue
             s = m.q_starts[i]
-            out[s : s + m.q_lens[i]] = prefill_sdpa(q, k_cache, v_cache, m, i, scale)
+            out[s : s + m.q_lens[i]] = prefill_sdpa(
+                q, k_cache, v_cache, m, i, scale, cascade=self.cfg.prefix_attention == "cascade"
+            )
         if decode:
             rows = torch.tensor([m.q_starts[i] for i in m.decode_idx], device=q.device)
             max_ctx = max(m.ctx_lens[i] for i in m.decode_idx)

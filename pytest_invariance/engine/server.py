@@ -386,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-kv", choices=("auto", "none", "fixed"), default="auto",
                    help="default-mode decode attention: auto (split count from batch and cores; a positive "
                    "control), none (one pass) or fixed (splits of a fixed length)")  # fmt: skip
+    p.add_argument("--prefix-attention", choices=("cascade", "one-pass"), default="cascade",
+                   help="default-mode attention of a prefill chunk with a cached or earlier-chunk prefix: "
+                   "cascade (two LSE-merged partial softmaxes; a positive control) or one-pass (SDPA)")  # fmt: skip
     p.add_argument(
         "--model", default=None, metavar="PATH", help="local Hugging Face dir (config.json + safetensors)"
     )
@@ -433,6 +436,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         "gemm_strategy": args.gemm_strategy,
         "splitk_max_m": args.splitk_max_m,
         "split_kv": args.split_kv,
+        "prefix_attention": args.prefix_attention,
     }
     defaults = EngineConfig()
     kwargs["max_num_batched_tokens"] = max(defaults.max_num_batched_tokens, args.max_num_seqs)
