@@ -18,10 +18,13 @@ from pathlib import Path
 
 QUICK_SWEEPS = ("single", "needle", "mixed", "logprobs", "prefill_decode")
 # Default mode with one designed mechanism at a time (and neither): which one made it diverge.
+# (The single sweep's probe is short and never chunked, so cascade prefix attention is off in all.)
+_OFF = {"gemm": ["--gemm-strategy", "one-pass"], "kv": ["--split-kv", "none"],
+        "cascade": ["--prefix-attention", "one-pass"]}  # fmt: skip
 ABLATIONS = (
-    ("gemm m-bucket split-K only", ["--split-kv", "none"]),
-    ("split-KV decode only", ["--gemm-strategy", "one-pass"]),
-    ("neither (stock kernels only)", ["--gemm-strategy", "one-pass", "--split-kv", "none"]),
+    ("gemm m-bucket split-K only", _OFF["kv"] + _OFF["cascade"]),
+    ("split-KV decode only", _OFF["gemm"] + _OFF["cascade"]),
+    ("none (stock kernels only)", _OFF["gemm"] + _OFF["kv"] + _OFF["cascade"]),
 )
 
 

@@ -193,6 +193,9 @@ def _sequence_outcome(
             d = diffs[0]
             text += (f"; token ids equal but logprob bits differ in {len(diffs)} sample(s), "
                      f"first at concurrency {d['concurrency']}, step {d['step']}")  # fmt: skip
+    if ev.get("max_step_batch"):
+        # so that an equal (possibly vacuous) result says whether the requests ever shared a step
+        text += f"; largest engine step per level {ev['max_step_batch']}"
     return Outcome(diverged, ev, text, shape)
 
 
