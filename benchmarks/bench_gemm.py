@@ -24,11 +24,11 @@ import os
 import sys
 
 from _common import PerfWriter, bench_graph_ms, bench_ms, cost, quick_verdict, ring
+from pytest_invariance.oracles.vocabulary import QUANTIZATION_OF_DTYPE as QUANT
 
 LLAMA = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
 DECODE_M = (1, 16, 32, 64)
 PREFILL_M = (512, 4096)
-QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
 # Candidate large-M configs for --sweep-large:
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages, tma, persistent).
 SWEEP_LARGE = (

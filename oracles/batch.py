@@ -17,14 +17,9 @@ from .classes import equivalence_classes, format_classes
 from .compare import BITWISE, BitsKey, Comparison, Contract, compare, parse_contract
 from .stats import failure_summary
 from .sweeps import probe_positions
+from .vocabulary import BATCH_POSITION, BATCH_SIZE, CHUNKING, RUN_TO_RUN
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
-
-BATCH_SIZE = "batch-size"
-BATCH_POSITION = "batch-position"
-RUN_TO_RUN = "run-to-run"
-CHUNKING = "chunking"
-ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING)
 
 
 @dataclass

@@ -7,7 +7,9 @@ each switch point and its neighbours rather than a uniform range.
 
 from __future__ import annotations
 
-PROFILES = ("quick", "full")
+from .vocabulary import PROFILES
+
+__all__ = ["PROFILES", "probe_positions", "switch_points"]
 
 _QUICK_POINTS = (1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65)
 

@@ -10,12 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-INVARIANT = "invariant"
-DIVERGENT = "divergent"
-VACUOUS = "vacuous"
-INCOMPLETE = "incomplete"
-UNSUPPORTED = "unsupported"
-VERDICTS = (INVARIANT, DIVERGENT, VACUOUS, INCOMPLETE, UNSUPPORTED)
+from .vocabulary import DIVERGENT, INCOMPLETE, INVARIANT, UNSUPPORTED, VACUOUS, VERDICTS
+
+__all__ = ["DIVERGENT", "INCOMPLETE", "INVARIANT", "UNSUPPORTED", "VACUOUS", "VERDICTS", "SEVERITY", "decide"]
 
 # Worst first: used to pick the cell of a matrix when several records meet.
 SEVERITY = {DIVERGENT: 0, INCOMPLETE: 1, VACUOUS: 2, UNSUPPORTED: 3, INVARIANT: 4}

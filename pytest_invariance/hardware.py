@@ -12,7 +12,6 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 from importlib.util import find_spec
 
 from . import __version__
@@ -118,7 +117,3 @@ def cuda_available() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
-
-
-def python_executable() -> str:
-    return sys.executable

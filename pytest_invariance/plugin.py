@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-PROFILES = ("quick", "full")
-ENGINES = ("bundled", "vllm", "sglang", "openai")
+from .oracles.vocabulary import ENGINES, PROFILES
+
 RECORDS_ATTR = "invariance_records"
 
 MARKERS = (
@@ -71,11 +72,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("invariance_dispatch", "default --invariance-dispatch (list or independent)", default=None)
 
 
-def _opt(config: pytest.Config, name: str):
+def option(config: pytest.Config, name: str) -> Any:
+    """``--name`` from the command line, else the ini key of the same name (where one exists), else None."""
     value = config.getoption(name)
     if value is None:
-        value = config.getini(name) or None
+        try:
+            value = config.getini(name) or None
+        except ValueError:  # no ini key of that name
+            return None
     return value
+
+
 
 
 class InvarianceSession:
@@ -89,15 +96,15 @@ class InvarianceSession:
         workerinput = getattr(config, "workerinput", None)
         self.is_worker = workerinput is not None
         run_id = workerinput.get("invariance_run_id") if workerinput else None
-        profile = _opt(config, "invariance_profile") or "quick"
+        profile = option(config, "invariance_profile") or "quick"
         if profile not in PROFILES:
             raise pytest.UsageError(f"invariance_profile: unknown profile {profile!r} (choose from quick, full)")
-        trials = _opt(config, "invariance_trials") or 3
+        trials = option(config, "invariance_trials") or 3
         try:
             trials = _positive_int(str(trials))
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"invariance_trials: {exc}") from None
-        engine = _opt(config, "invariance_engine")
+        engine = option(config, "invariance_engine")
         if engine is not None and engine not in ENGINES:
             raise pytest.UsageError(f"invariance_engine: unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
         self.settings = Settings(
@@ -106,9 +113,9 @@ class InvarianceSession:
             trials=trials,
             seed=config.getoption("invariance_seed") or 0,
         )
-        self.records_path = _opt(config, "invariance_records")
-        self.report_dir = _opt(config, "invariance_report")
-        self.expect_path = _opt(config, "invariance_expect")
+        self.records_path = option(config, "invariance_records")
+        self.report_dir = option(config, "invariance_report")
+        self.expect_path = option(config, "invariance_expect")
         self.records: list[dict] = []
         self.regressions: list[str] = []
         self.rendered: dict = {}

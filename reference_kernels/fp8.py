@@ -145,28 +145,3 @@ def stock_fp8_linear(
     else:
         scale_a, scale_b = xs.reshape(()), ws.reshape(())
     return torch._scaled_mm(xq, w_fp8.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
-
-
-def register_fp8() -> None:
-    """Register stock, reference and the dynamic-scale mutant for ``fp8-gemm``."""
-    from .mutants.fp8_dynamic_scale import register_fp8_dynamic_scale
-    from .registry import register
-
-    register("fp8-gemm", "torch", stock_fp8_linear, role="stock", description="torch._scaled_mm")
-    register(
-        "fp8-gemm",
-        "reference",
-        fp8_linear,
-        role="reference",
-        description="Triton fixed-tile e4m3 GEMM on CUDA; exact-product tiled fp32 BLAS on CPU",
-    )
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        register(
-            "fp8-gemm",
-            "reference-triton",
-            fp8_linear_interpret,
-            role="reference",
-            devices=("cpu",),
-            description="the reference Triton FP8 kernel under the Triton interpreter (CPU, tiny shapes)",
-        )
-    register_fp8_dynamic_scale()

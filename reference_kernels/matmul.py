@@ -7,8 +7,8 @@ for the bundled engine), or, with ``backend="interpret"`` or
 (slow: tiny shapes in tests only). Signatures follow aten so the mode switch
 can route ``aten::mm`` / ``addmm`` / ``bmm`` here unchanged.
 
-``register_builtin_gemm()`` puts the stock, reference and mutant
-implementations of the ``matmul`` and ``fp8-gemm`` families in the registry.
+``catalogue`` registers the stock, reference and mutant implementations of
+the ``matmul`` and ``fp8-gemm`` families.
 """
 
 from __future__ import annotations
@@ -96,30 +96,3 @@ def linear_interpret(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def stock_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Stock path: ``F.linear`` (cuBLAS on CUDA, oneDNN/MKL on CPU)."""
     return F.linear(x, w)
-
-
-def register_builtin_gemm() -> None:
-    """Register the stock, reference and mutant implementations of ``matmul`` and ``fp8-gemm``."""
-    from .fp8 import register_fp8
-    from .mutants.splitk_matmul import register_splitk_matmul
-    from .registry import register
-
-    register("matmul", "torch", stock_linear, role="stock", description="F.linear (cuBLAS / CPU BLAS)")
-    register(
-        "matmul",
-        "reference",
-        linear,
-        role="reference",
-        description="Triton fixed-tile matmul on CUDA; 16-row-tiled BLAS on CPU",
-    )
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        register(
-            "matmul",
-            "reference-triton",
-            linear_interpret,
-            role="reference",
-            devices=("cpu",),
-            description="the reference Triton kernel under the Triton interpreter (CPU, tiny shapes)",
-        )
-    register_splitk_matmul()
-    register_fp8()

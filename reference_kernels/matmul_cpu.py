@@ -54,13 +54,6 @@ def mm_tiled(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None)
     return out[:m]
 
 
-def linear_tiled(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x[..., K] @ w[N, K].T (+ bias[N])`` on 16-row tiles (leading dims flattened)."""
-    lead = x.shape[:-1]
-    out = mm_tiled(x.reshape(-1, x.shape[-1]), w.t(), bias)
-    return out.reshape(*lead, w.shape[0])
-
-
 def bmm_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a[B, M, K] @ b[B, K, N]``: one tiled product per batch element, so no element sees the others."""
     if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:

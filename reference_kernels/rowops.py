@@ -175,3 +175,19 @@ def mean_last(x: torch.Tensor) -> torch.Tensor:
 def log_softmax_last(x: torch.Tensor) -> torch.Tensor:
     """Registry signature of the ``softmax`` family: ``fn(x[M, V]) -> log_softmax(x, -1)``."""
     return log_softmax(x, -1)
+
+
+# --- stock row ops (what the suites measure against the reference) ----------------------------
+
+
+def stock_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+    """``F.rms_norm`` over the last dimension."""
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def stock_log_softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(x, dim=-1)
+
+
+def stock_mean(x: torch.Tensor) -> torch.Tensor:
+    return x.mean(dim=-1)

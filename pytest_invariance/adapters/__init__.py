@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from ..oracles.vocabulary import ENGINES
 from .base import DISPATCH, INDEPENDENT, LIST, Adapter, AdapterError, Completion, GenParams, Progress
-
-ENGINES = ("bundled", "vllm", "sglang", "openai")
 
 
 def make_adapter(engine: str, base_url: str, **kw) -> Adapter:

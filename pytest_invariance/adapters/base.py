@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -394,6 +394,3 @@ def float_or_none(value: Any, url: str, path: str) -> float | None:
         return float(value)
     except ValueError:
         raise AdapterError(url, path, f"wrong shape: expected a number, got {value!r}") from None
-
-
-Factory = Callable[..., Adapter]

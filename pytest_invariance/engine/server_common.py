@@ -13,7 +13,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,6 +294,3 @@ def sse_response(streams: list[RequestStream], body: AsyncIterator[str]) -> Stre
         yield sse("[DONE]")
 
     return StreamingResponse(events(), media_type="text/event-stream")
-
-
-StreamFactory = Callable[[], AsyncIterator[str]]

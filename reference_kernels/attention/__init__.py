@@ -25,7 +25,7 @@ across ``split_size`` values, or between the torch (CPU) and Triton (CUDA) paths
 ``backend``: ``"auto"`` (Triton on CUDA tensors, torch otherwise), ``"torch"`` or
 ``"triton"`` (on CPU tensors this needs ``TRITON_INTERPRET=1``; tiny shapes only).
 
-Registry families (``register_builtin_attention``):
+Registry families (registered by ``catalogue``):
 
 - ``attention-prefill``: ``fn(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, scale=None) -> out``
   with the shapes of ``prefill_varlen``.
@@ -49,7 +49,6 @@ __all__ = [
     "decode_paged",
     "prefill_paged",
     "prefill_varlen",
-    "register_builtin_attention",
     "slot_mapping_for",
     "slots_for",
     "write_kv",
@@ -135,10 +134,3 @@ def decode_paged(
             q, k_cache, v_cache, block_table, seq_lens, scale=scale, split_size=split_size
         )
     return decode_paged_torch(q, k_cache, v_cache, block_table, seq_lens, scale=scale, split_size=split_size)
-
-
-def register_builtin_attention() -> None:
-    """Register reference, stock and mutant implementations of both attention families."""
-    from .registration import register_all
-
-    register_all()

@@ -24,7 +24,6 @@ from collections.abc import Callable
 import torch
 
 from .experts_torch import fp8_experts_torch, fused_experts_torch, quantize_rows, quantize_weight
-from .register import register_builtin_moe
 from .router import route, route_topk_stock
 
 
@@ -72,7 +71,6 @@ __all__ = [
     "fused_experts_fp8",
     "fused_experts_torch",
     "quantize_weight",
-    "register_builtin_moe",
     "route",
     "route_topk_stock",
 ]

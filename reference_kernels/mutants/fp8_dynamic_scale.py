@@ -55,16 +55,3 @@ def fp8_splitk_per_call() -> Callable[..., torch.Tensor]:
 
     fn.__name__ = "fp8_splitk_per_call"
     return fn
-
-
-def register_fp8_dynamic_scale() -> None:
-    """Add the mutant to the registry under ``mutant:fp8-dynamic-scale``."""
-    from ..registry import register
-
-    register(
-        "fp8-gemm",
-        "mutant:fp8-dynamic-scale",
-        fp8_dynamic_scale_linear,
-        role="mutant",
-        description="per-tensor activation scale = amax over the whole batch",
-    )

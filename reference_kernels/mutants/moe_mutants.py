@@ -101,30 +101,3 @@ def experts_atomic_combine(
     for j in range(1, k):
         acc = (acc.float() + contrib[:, (shift + j) % k]).to(x.dtype)
     return acc
-
-
-def register_moe_mutants() -> None:
-    """Add the MoE mutants to the registry (families ``moe-router`` and ``moe-experts``)."""
-    from ..registry import register
-
-    register(
-        "moe-router",
-        "mutant:round-robin-ties",
-        round_robin_ties_router,
-        role="mutant",
-        description="ties broken round-robin from the row's batch position plus a pointer kept across calls",
-    )
-    register(
-        "moe-experts",
-        "mutant:fp8-batch-scale",
-        fp8_experts_batch_scale,
-        role="mutant",
-        description="FP8 experts, activation scale = max over the whole batch (fp8 signature)",
-    )
-    register(
-        "moe-experts",
-        "mutant:atomic-combine",
-        experts_atomic_combine,
-        role="mutant",
-        description="reference experts, slot outputs summed in an order that rotates per call (atomics)",
-    )

@@ -79,16 +79,3 @@ def per_call_splits(fn: Callable[..., torch.Tensor], cycle: tuple[int, ...] = (1
 
     varying.__name__ = f"{getattr(fn, '__name__', 'fn')}_per_call"
     return varying
-
-
-def register_rmsnorm_split() -> None:
-    """Add the mutant to the kernel registry under ``mutant:rmsnorm-split``."""
-    from ..registry import register
-
-    register(
-        "rmsnorm",
-        "mutant:rmsnorm-split",
-        split_rmsnorm,
-        role="mutant",
-        description="sum of squares split into 8/4/3/1 pieces for M<=4/16/32/more, pieces added in fp32",
-    )

@@ -47,23 +47,3 @@ def split_mean(x: torch.Tensor, *, splits: int | None = None) -> torch.Tensor:
         part = (x[:, lo:hi].float().sum(dim=-1) / n).to(x.dtype)
         acc = part if acc is None else acc + part
     return acc
-
-
-def register_rowsplit() -> None:
-    """Add ``mutant:logsoftmax-split`` (family ``softmax``) and ``mutant:mean-split`` (``mean``)."""
-    from ..registry import register
-
-    register(
-        "softmax",
-        "mutant:logsoftmax-split",
-        split_log_softmax,
-        role="mutant",
-        description="sum of exp split into 8/4/3/1 pieces for M<=4/16/32/more",
-    )
-    register(
-        "mean",
-        "mutant:mean-split",
-        split_mean,
-        role="mutant",
-        description="row sum split into 8/4/3/1 pieces for M<=4/16/32/more",
-    )

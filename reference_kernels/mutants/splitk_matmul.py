@@ -67,16 +67,3 @@ def splitk_per_call() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
 
     fn.__name__ = "splitk_matmul_per_call"
     return fn
-
-
-def register_splitk_matmul() -> None:
-    """Add the mutant to the kernel registry under ``mutant:splitk-matmul``."""
-    from ..registry import register
-
-    register(
-        "matmul",
-        "mutant:splitk-matmul",
-        splitk_matmul,
-        role="mutant",
-        description="split-K with the split count chosen from M (8/4/2/1 splits for M<=8/32/128/more)",
-    )

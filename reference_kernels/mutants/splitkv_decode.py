@@ -158,26 +158,6 @@ def splitkv_prefill(
     return torch.cat(outs)
 
 
-def register_splitkv_decode() -> None:
-    """Register ``mutant:splitkv-decode`` and its prefill twin ``mutant:splitkv-prefill``."""
-    from ..registry import register
-
-    register(
-        "attention-decode",
-        "mutant:splitkv-decode",
-        splitkv_decode,
-        role="mutant",
-        description="split-KV decode, split count from batch x kv heads vs SM count (FlashDecoding-style)",
-    )
-    register(
-        "attention-prefill",
-        "mutant:splitkv-prefill",
-        splitkv_prefill,
-        role="mutant",
-        description="split-KV prefill, split count from number of sequences x kv heads vs SM count",
-    )
-
-
 def varying_sm_count(fn, counts: tuple[int, ...] = (132, 66, 33, 8)):
     """``fn`` (a split-KV mutant) given a different SM budget on each call.
 

@@ -25,13 +25,13 @@ import pytest
 from pytest_invariance.oracles import sequences as S
 from pytest_invariance.oracles import verdict as V
 from pytest_invariance.oracles.sweeps import probe_positions
+from pytest_invariance.oracles.vocabulary import QUANTIZATION_OF_DTYPE as QUANT
 
 from pytest_invariance.adapters import Adapter, AdapterError, Completion, GenParams, Progress
 from pytest_invariance.adapters.base import DISPATCH, INDEPENDENT, LIST
 
 PROBE = "The quick brown fox"
 JITTER_MS = (10.0, 30.0)
-QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
 INFO_KEYS = (
     "engine", "version", "model", "mode", "batch_invariant", "enable_deterministic_inference", "dtype",
     "device", "device_name", "num_threads", "max_num_seqs", "chunk_size", "chunked_prefill_size",

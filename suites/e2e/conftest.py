@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_invariance.adapters import AdapterError, make_adapter
+from pytest_invariance.plugin import option
 
 from ._sweeps import Target
 
@@ -39,15 +40,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("invariance-e2e"))
 
 
-def _opt(config: pytest.Config, name: str):
-    value = config.getoption(name)
-    if value is None:
-        value = config.getini(name) or None if name in ("invariance_url", "invariance_engine") else None
-    return value
 
 
 def _dispatch(config: pytest.Config) -> str:
-    value = config.getoption("invariance_dispatch") or config.getini("invariance_dispatch") or "list"
+    value = option(config, "invariance_dispatch") or "list"
     if value not in ("list", "independent"):
         raise pytest.UsageError(f"invariance_dispatch must be list or independent, got {value!r}")
     return value
@@ -90,9 +86,9 @@ def _start(
 
 @pytest.fixture(scope="session")
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
-    url = _opt(request.config, "invariance_url")
+    url = option(request.config, "invariance_url")
     if url:
-        engine = _opt(request.config, "invariance_engine") or "openai"
+        engine = option(request.config, "invariance_engine") or "openai"
         return _connect(request.config, url, engine, "target", "invariant")
     return _start(request, tmp_path_factory, invariant=True)
 
@@ -101,7 +97,7 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def control_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
     url = request.config.getoption("invariance_url_control")
     if url:
-        engine = _opt(request.config, "invariance_engine") or "openai"
+        engine = option(request.config, "invariance_engine") or "openai"
         return _connect(request.config, url, engine, "control", "default")
     return _start(request, tmp_path_factory, invariant=False)
 
@@ -127,7 +123,7 @@ def shared_rng_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
 # suite gets its own pair with ``--prefix-cache`` (started only when that suite runs).
 @pytest.fixture(scope="session")
 def cache_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
-    if _opt(request.config, "invariance_url"):
+    if option(request.config, "invariance_url"):
         return request.getfixturevalue("target")
     return _start(request, tmp_path_factory, True, "--prefix-cache")
 

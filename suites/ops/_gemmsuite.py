@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
+from pytest_invariance.oracles.vocabulary import OP_ORACLES as ORACLES
 
 # layer -> (K, N): x[M, K] @ w[N, K].T
 LLAMA3_8B = {
@@ -28,7 +29,6 @@ QWEN2_05B = {
 INTERPRET_SHAPE = ("tiny", "tiny", 64, 48)  # the Triton interpreter: tiny shapes only
 CPU_BATCH_LIMIT = 33
 INTERPRET_LIMIT = 17
-ORACLES = ("batch-size", "batch-position", "run-to-run")
 
 Shape = tuple[str, str, int, int]  # (model, layer, K, N)
 
@@ -53,10 +53,10 @@ def gemm_params(family: str, variants: Callable[[str, Any], Iterable[tuple[Any, 
     ``variants(device, kernel)`` yields ``(variant, quantization label, shape)`` in the order the
     params should run; the variant (a dtype name, a quantization) is the test's third argument.
     """
-    from pytest_invariance.reference_kernels.matmul import register_builtin_gemm
+    from pytest_invariance.reference_kernels.catalogue import register_builtin
     from pytest_invariance.reference_kernels.registry import kernels
 
-    register_builtin_gemm()
+    register_builtin("gemm")
     out = []
     for device in ("cpu", "cuda"):
         marks = [pytest.mark.gpu] if device == "cuda" else []

@@ -9,12 +9,12 @@ import os
 from functools import lru_cache
 
 import pytest
+from pytest_invariance.oracles.vocabulary import OP_ORACLES as ORACLES
+from pytest_invariance.oracles.vocabulary import QUANTIZATION_OF_DTYPE as QUANT
 
 from ._expect import expect_for  # noqa: F401  (re-exported for the row suites)
 
 DTYPES = ("bfloat16", "float16", "float32")
-QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
-ORACLES = ("batch-size", "batch-position", "run-to-run")
 CPU_BATCH_LIMIT = 33  # CI is a 2-core CPU: stop the quick sweep at 33 rows
 INTERPRET_WIDTH = 256  # Triton interpreter: small rows only
 INTERPRET_LIMIT = 17
@@ -32,10 +32,10 @@ def interpreting() -> bool:
 
 def device_params(fam: str, make_shapes) -> list:
     """pytest params (device, kernel name, dtype, shape, oracle) over the registry; CUDA ones marked gpu."""
-    from pytest_invariance.reference_kernels import register_builtin_rowops
+    from pytest_invariance.reference_kernels.catalogue import register_builtin
     from pytest_invariance.reference_kernels.registry import kernels
 
-    register_builtin_rowops()
+    register_builtin("rowops")
     out = []
     for device in ("cpu", "cuda"):
         marks = [pytest.mark.gpu] if device == "cuda" else []

@@ -27,6 +27,8 @@ import functools
 import os
 
 import pytest
+from pytest_invariance.oracles.vocabulary import OP_ORACLES as ORACLES
+from pytest_invariance.oracles.vocabulary import QUANTIZATION_OF_DTYPE as QUANT
 
 torch = pytest.importorskip("torch")
 
@@ -39,8 +41,6 @@ CPU_STOCK_LENGTHS = (17,)  # stock on CPU: one length across a split edge (CI ti
 CPU_SIZES = (1, 2, 3, 9)
 CPU_TRIALS = 2
 PAGE = 16
-ORACLES = ("batch-size", "batch-position", "run-to-run")
-QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
 # Tiny CPU lengths and a small SM budget, so that the heuristic's split count moves with the batch.
 CPU_MUTANT_KW = {"min_keys": 4, "sm_count": 8}
 CONTROL = {"attention-prefill": "mutant:splitkv-prefill", "attention-decode": "mutant:splitkv-decode"}
@@ -65,10 +65,10 @@ def _interpreting() -> bool:
 
 
 def _kernels(family: str, device: str):
-    from pytest_invariance.reference_kernels.attention import register_builtin_attention
+    from pytest_invariance.reference_kernels.catalogue import register_builtin
     from pytest_invariance.reference_kernels.registry import kernels
 
-    register_builtin_attention()
+    register_builtin("attention")
     return kernels(family, device)
 
 

@@ -25,6 +25,7 @@ import os
 from functools import lru_cache
 
 import pytest
+from pytest_invariance.oracles.vocabulary import QUANTIZATION_OF_DTYPE as QUANT
 
 from ._expect import expect_for
 from ._gemmsuite import LLAMA3_8B, QWEN2_05B, gemm_params, limit, oracle_method, shapes, wide
@@ -37,7 +38,6 @@ MODELS = {"llama3-8b": LLAMA3_8B, "qwen2-0.5b": QWEN2_05B}
 # CPU: fp32 keeps the Llama o-projection (where stock x86 F.linear splits {1} {2..15} {16..});
 # bf16 on a CPU without AMX is slow, so the small model only.
 CPU_LAYERS = {"float32": (("llama3-8b", "o"), ("qwen2-0.5b", "qkv")), "bfloat16": (("qwen2-0.5b", "qkv"),)}
-QUANT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
 DTYPES = {"cuda": ("bfloat16", "float16", "float32"), "cpu": ("float32", "bfloat16")}
 
 

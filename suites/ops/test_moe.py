@@ -21,12 +21,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 import pytest
+from pytest_invariance.oracles.vocabulary import OP_ORACLES as ORACLES
 
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.family("moe")
 
-ORACLES = ("batch-size", "batch-position", "run-to-run")
 # Router configs of real models; H/I are the real hidden and expert-intermediate sizes.
 CONFIGS = {
     "mixtral-8x7b": {
@@ -72,10 +72,10 @@ MUTANT_ORACLES = {
 
 
 def _kernels(family: str, device: str):
-    from pytest_invariance.reference_kernels.moe import register_builtin_moe
+    from pytest_invariance.reference_kernels.catalogue import register_builtin
     from pytest_invariance.reference_kernels.registry import kernels
 
-    register_builtin_moe()
+    register_builtin("moe")
     return kernels(family, device)
 
 
@@ -207,8 +207,8 @@ def _expert_weights(cfg_name: str, device: str):
 )
 def test_moe_experts(invariance, device, name, cfg_name, quant, oracle):
     from pytest_invariance.oracles.inputs import rows_pool
+    from pytest_invariance.reference_kernels.catalogue import is_fp8_experts as is_fp8
     from pytest_invariance.reference_kernels.moe import route
-    from pytest_invariance.reference_kernels.moe.register import is_fp8
     from pytest_invariance.reference_kernels.mutants.moe_mutants import (
         experts_atomic_combine,
         fp8_experts_batch_scale,

@@ -1,0 +1,47 @@
+"""The project's words, defined once: families, oracles, quantizations, verdicts, engines, profiles.
+
+Records, reports, the plugin, the suites and the adapters use these names (DESIGN.md's
+vocabulary); a word spelled in two places drifts, so every other module imports it from here.
+Pure data: no torch, no pytest.
+"""
+
+from __future__ import annotations
+
+FAMILIES = (
+    "matmul", "rmsnorm", "softmax", "mean", "attention-prefill", "attention-decode", "fp8-gemm",
+    "moe-router", "moe-experts", "allreduce", "engine",
+)  # fmt: skip
+
+# Oracles
+BATCH_SIZE = "batch-size"
+BATCH_POSITION = "batch-position"
+RUN_TO_RUN = "run-to-run"
+CHUNKING = "chunking"
+PREFILL_DECODE = "prefill-decode"
+CACHE = "cache"
+UNIQUE_SAMPLES = "unique-samples"
+SEEDED_SAMPLING = "seeded-sampling"
+PRECISION = "precision"
+TENSOR_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING)  # run on tensors (oracles.batch)
+OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)  # what every per-op suite row runs
+ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION)
+
+# Verdicts (oracles.verdict decides them)
+INVARIANT = "invariant"
+DIVERGENT = "divergent"
+VACUOUS = "vacuous"
+INCOMPLETE = "incomplete"
+UNSUPPORTED = "unsupported"
+VERDICTS = (INVARIANT, DIVERGENT, VACUOUS, INCOMPLETE, UNSUPPORTED)
+
+# Quantization of a plain floating dtype (by torch dtype name): fp32 is IEEE unless measured otherwise.
+QUANTIZATION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
+
+ENGINES = ("bundled", "vllm", "sglang", "openai")  # adapter flavours of a live target
+PROFILES = ("quick", "full")  # sweep sizes
+
+
+def quantization_of(dtype: object) -> str:
+    """``bf16`` / ``fp16`` / ``fp32-ieee`` for a torch dtype or its name; the name itself otherwise."""
+    name = str(dtype).replace("torch.", "")
+    return QUANTIZATION_OF_DTYPE.get(name, name or "unknown")

@@ -1,0 +1,182 @@
+"""The kernel catalogue: every built-in stock, reference and mutant implementation, in one place.
+
+Why one module: the families (``matmul``, ``rowops``, ``attention``, ``moe``...) and the mutants
+implement kernels and know nothing of the registry or of each other's registration; this module
+imports them and registers what the shipped suites iterate over. So there is one registration
+style, the ``TRITON_INTERPRET`` rows are declared once (:func:`_interpreter_rows`), and no kernel
+module imports back into a registration module (no import circles).
+
+Groups, each registered at most once per process by :func:`register_builtin`:
+
+- ``rowops``: ``rmsnorm``, ``softmax`` (log-softmax), ``mean``;
+- ``gemm``: ``matmul`` and ``fp8-gemm``;
+- ``attention``: ``attention-prefill`` and ``attention-decode``;
+- ``moe``: ``moe-router`` and ``moe-experts``.
+
+Call signatures per family are in ``registry``'s docstring and the family modules.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
+
+from .registry import register
+
+INTERPRETED = "reference-triton"  # the name of every interpreter row
+
+
+def interpreting() -> bool:
+    """Whether this process runs Triton kernels under the interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _stock(family: str, name: str, fn: Callable, description: str, devices: Iterable[str] = ("cpu", "cuda")) -> None:
+    register(family, name, fn, role="stock", devices=tuple(devices), description=description)
+
+
+def _reference(family: str, fn: Callable, description: str) -> None:
+    register(family, "reference", fn, role="reference", description=description)
+
+
+def _mutant(family: str, name: str, fn: Callable, description: str) -> None:
+    register(family, f"mutant:{name}", fn, role="mutant", description=description)
+
+
+def _interpreter_rows(rows: dict[str, Callable], what: str) -> None:
+    """The reference Triton kernels under the interpreter, as ``reference-triton`` rows on CPU.
+
+    Only registered under ``TRITON_INTERPRET=1``; their ``tl.dot`` is element-wise there
+    (``interpreter_dot``), so these rows check a kernel's structure, not the GPU's rounding."""
+    if not interpreting():
+        return
+    desc = f"{what} under the Triton interpreter with element-wise tl.dot (CPU, tiny shapes)"
+    for family, fn in rows.items():
+        register(family, INTERPRETED, fn, role="reference", devices=("cpu",), description=desc)
+
+
+# --- groups ---------------------------------------------------------------------------------------
+
+
+def _rowops() -> None:
+    from . import rowops
+    from .mutants.rmsnorm_split import split_rmsnorm
+    from .mutants.rowsplit import split_log_softmax, split_mean
+
+    _stock("rmsnorm", "torch", rowops.stock_rmsnorm, "F.rms_norm")
+    _stock("softmax", "torch", rowops.stock_log_softmax, "torch.log_softmax(x, -1)")
+    _stock("mean", "torch", rowops.stock_mean, "x.mean(-1)")
+    desc = "Triton one program per row on CUDA; pairwise-halving torch sum on CPU"
+    _reference("rmsnorm", rowops.rmsnorm, desc)
+    _reference("softmax", rowops.log_softmax_last, desc)
+    _reference("mean", rowops.mean_last, desc)
+    _interpreter_rows(
+        {
+            "rmsnorm": lambda x, w, eps=None: rowops.rms_norm(x, w, eps, backend="interpret"),
+            "softmax": lambda x: rowops.log_softmax(x, -1, backend="interpret"),
+            "mean": lambda x: rowops.mean(x, -1, backend="interpret"),
+        },
+        "Triton row kernels",
+    )
+    _mutant("rmsnorm", "rmsnorm-split", split_rmsnorm,
+            "sum of squares split into 8/4/3/1 pieces for M<=4/16/32/more, pieces added in fp32")  # fmt: skip
+    _mutant("softmax", "logsoftmax-split", split_log_softmax, "sum of exp split into 8/4/3/1 pieces for M<=4/16/32/more")
+    _mutant("mean", "mean-split", split_mean, "row sum split into 8/4/3/1 pieces for M<=4/16/32/more")
+
+
+def _gemm() -> None:
+    from . import fp8, matmul
+    from .mutants.fp8_dynamic_scale import fp8_dynamic_scale_linear
+    from .mutants.splitk_matmul import splitk_matmul
+
+    _stock("matmul", "torch", matmul.stock_linear, "F.linear (cuBLAS / CPU BLAS)")
+    _reference("matmul", matmul.linear, "Triton fixed-tile matmul on CUDA; 16-row-tiled BLAS on CPU")
+    _stock("fp8-gemm", "torch", fp8.stock_fp8_linear, "torch._scaled_mm")
+    _reference("fp8-gemm", fp8.fp8_linear, "Triton fixed-tile e4m3 GEMM on CUDA; exact-product tiled fp32 BLAS on CPU")
+    _interpreter_rows(
+        {"matmul": matmul.linear_interpret, "fp8-gemm": fp8.fp8_linear_interpret}, "the reference Triton GEMMs"
+    )
+    _mutant("matmul", "splitk-matmul", splitk_matmul,
+            "split-K with the split count chosen from M (8/4/2/1 splits for M<=8/32/128/more)")  # fmt: skip
+    _mutant("fp8-gemm", "fp8-dynamic-scale", fp8_dynamic_scale_linear, "per-tensor activation scale = amax over the whole batch")
+
+
+def _attention() -> None:
+    from . import attention
+    from .attention import stock
+    from .mutants.splitkv_decode import splitkv_decode, splitkv_prefill
+
+    ref = "fixed 256-token KV splits anchored at position 0, fixed-order merge (Triton on CUDA, torch on CPU)"
+    _reference("attention-prefill", attention.prefill_varlen, ref)
+    _reference("attention-decode", attention.decode_paged, ref)
+    _interpreter_rows(
+        {
+            "attention-prefill": partial(attention.prefill_varlen, backend="triton"),
+            "attention-decode": partial(attention.decode_paged, backend="triton"),
+        },
+        "the reference Triton attention kernels",
+    )
+    for b in stock.SDPA_BACKENDS:
+        devs = ("cpu", "cuda") if b in stock.CPU_BACKENDS else ("cuda",)
+        _stock("attention-prefill", f"torch-sdpa-{b}", stock.sdpa_prefill(b),
+               f"F.scaled_dot_product_attention with only the {b} backend", devs)  # fmt: skip
+        _stock("attention-decode", f"torch-sdpa-{b}", stock.sdpa_decode(b),
+               f"F.scaled_dot_product_attention with only the {b} backend (gathered cache)", devs)  # fmt: skip
+    _stock("attention-prefill", "torch-flex", stock.flex_prefill, "compiled FlexAttention", ("cuda",))
+    _stock("attention-decode", "torch-flex", stock.flex_decode, "compiled FlexAttention over the gathered cache", ("cuda",))
+    _mutant("attention-decode", "splitkv-decode", splitkv_decode,
+            "split-KV decode, split count from batch x kv heads vs SM count (FlashDecoding-style)")  # fmt: skip
+    _mutant("attention-prefill", "splitkv-prefill", splitkv_prefill,
+            "split-KV prefill, split count from number of sequences x kv heads vs SM count")  # fmt: skip
+
+
+def _moe() -> None:
+    from .moe import fused_experts, fused_experts_fp8
+    from .moe.router import route, route_topk_stock
+    from .moe.stock import experts_loop
+    from .mutants.moe_mutants import experts_atomic_combine, fp8_experts_batch_scale, round_robin_ties_router
+
+    for order in ("sorted", "unsorted"):
+        _stock("moe-router", f"torch-topk-{order}", partial(route_topk_stock, sorted=order == "sorted"),
+               f"torch.softmax/sigmoid + torch.topk(sorted={order == 'sorted'})")  # fmt: skip
+    _reference("moe-router", route, "stable descending sort: ties to the lowest expert index; fixed-order sums")
+    _stock("moe-experts", "torch-loop", experts_loop,
+           "per-expert loop of torch.mm (M = tokens routed to the expert), index_add_ combine")  # fmt: skip
+    _reference("moe-experts", fused_experts, "Triton fused MoE (one tile config, no split-K) on CUDA; fixed-order torch on CPU")
+    register("moe-experts", "reference-fp8", fused_experts_fp8, role="reference",
+             description="FP8 experts, per-token activation scales (fp8 signature)")  # fmt: skip
+    _mutant("moe-router", "round-robin-ties", round_robin_ties_router,
+            "ties broken round-robin from the row's batch position plus a pointer kept across calls")  # fmt: skip
+    _mutant("moe-experts", "fp8-batch-scale", fp8_experts_batch_scale,
+            "FP8 experts, activation scale = max over the whole batch (fp8 signature)")  # fmt: skip
+    _mutant("moe-experts", "atomic-combine", experts_atomic_combine,
+            "reference experts, slot outputs summed in an order that rotates per call (atomics)")  # fmt: skip
+
+
+GROUPS: dict[str, Callable[[], None]] = {"rowops": _rowops, "gemm": _gemm, "attention": _attention, "moe": _moe}
+
+
+def register_builtin(*groups: str) -> None:
+    """Register the named groups (every group when none is named)."""
+    for g in groups or tuple(GROUPS):
+        if g not in GROUPS:
+            raise ValueError(f"unknown kernel group {g!r}; expected one of {', '.join(GROUPS)}")
+        GROUPS[g]()
+
+
+def is_fp8_experts(name: str) -> bool:
+    """Whether a ``moe-experts`` implementation takes the FP8 signature (its name says ``fp8``)."""
+    return "fp8" in name
+
+
+def describe() -> list[dict[str, Any]]:
+    """Every registered built-in as plain data (family, name, role, devices), for docs and tests."""
+    from .registry import _REGISTRY
+
+    register_builtin()
+    return [
+        {"family": k.family, "name": k.name, "role": k.role, "devices": list(k.devices)}
+        for k in sorted(_REGISTRY.values(), key=lambda k: (k.family, k.name))
+    ]
