@@ -1,4 +1,6 @@
 import importlib
+import sys
+from pathlib import Path
 
 pytest_plugins = ["pytester"]
 
@@ -11,3 +13,6 @@ for _name in ("numpy", "torch"):
         importlib.import_module(_name)
     except ImportError:
         pass
+
+# Shared helpers (fake_server, synthetic_records) sit here, above the per-package test folders.
+sys.path.insert(0, str(Path(__file__).resolve().parent))

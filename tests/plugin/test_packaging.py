@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +61,16 @@ def test_entry_points(wheel: zipfile.ZipFile) -> None:
     text = wheel.read(ep).decode()
     assert "[pytest11]\ninvariance = pytest_invariance.plugin" in text
     assert "pytest-invariance = pytest_invariance.cli:main" in text
+
+
+def test_a_checkout_without_an_install_imports_the_mapped_subpackages() -> None:
+    """``python -S`` (no site-packages, so no editable finder) from the repository root: the
+    folders pyproject maps into the package import under its name, as from a wheel."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import pytest_invariance.oracles.vocabulary as v, pytest_invariance.reference_kernels as rk;"
+        "import pytest_invariance.suites; print(v.__file__, rk.__file__)"
+    )
+    res = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-1000:]
+    assert str(ROOT / "oracles" / "vocabulary.py") in res.stdout

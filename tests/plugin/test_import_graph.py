@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The package-dir mapping of pyproject.toml: folder -> package name.
 PACKAGE_DIRS = {
     "pytest_invariance": "pytest_invariance",
@@ -118,3 +118,31 @@ def test_cycle_finder_finds_a_planted_circle():
 def test_no_import_circles_in_the_package():
     found = cycles(import_graph())
     assert found == [], "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+# What each part may import besides itself (docs/ARCHITECTURE.md); "" is the top package
+# ``pytest_invariance`` (its ``__init__`` only: the version).
+ALLOWED = {
+    "oracles": set(),
+    "reference_kernels": set(),
+    "engine": {"reference_kernels", ""},
+    "adapters": {"oracles", ""},
+}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ("oracles", "reference_kernels", "engine", "adapters", "suites"):
+        return parts[1]
+    return "" if module == "pytest_invariance" else "plugin"
+
+
+def test_each_part_imports_only_what_the_architecture_allows():
+    bad = sorted(
+        f"{a} -> {b}"
+        for a, targets in import_graph().items()
+        if _part(a) in ALLOWED
+        for b in targets
+        if _part(b) != _part(a) and _part(b) not in ALLOWED[_part(a)]
+    )
+    assert bad == [], "layer violations: " + "; ".join(bad)

@@ -191,7 +191,7 @@ def test_killed_writer_keeps_records_written_before(tmp_path: Path) -> None:
         "append_records(sys.argv[1], [rec(), rec(verdict='divergent')]);"
         "os.kill(os.getpid(), signal.SIGKILL)"
     )
-    proc = subprocess.run([sys.executable, "-c", code, str(path), str(Path(__file__).parent)], timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(Path(__file__).parents[1])], timeout=60)
     assert proc.returncode != 0
     records, problems = read_records(path)
     assert [r["verdict"] for r in records] == ["invariant", "divergent"] and problems == []
