@@ -90,7 +90,7 @@ def ablation_lines(logs: Path, profile: str) -> list[str]:
     """The single sweep on default-mode engines with one mechanism switched on at a time."""
     from pytest_invariance.adapters.base import AdapterError
     from pytest_invariance.adapters.bundled import BundledEngine
-    from pytest_invariance.suites.e2e._sweeps import Target, sweep_single
+    from pytest_invariance.e2e import Target, sweep_single
 
     lines = []
     for label, args in ABLATIONS:

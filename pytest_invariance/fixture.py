@@ -13,14 +13,10 @@ from typing import Any
 import pytest
 
 from pytest_invariance import hardware
-from pytest_invariance.oracles import verdict as V
+from pytest_invariance.judge import EXPECTS, Control, InvarianceFailure, Observation, failure_message, judge
 from pytest_invariance.records import make_record
 
-EXPECTS = ("invariant", "divergent", "measure")
-
-
-class InvarianceFailure(AssertionError):
-    """A verdict other than the one the test demanded; the message carries the evidence."""
+__all__ = ["EXPECTS", "Invariance", "InvarianceFailure", "Settings", "failure_message"]
 
 
 @dataclass
@@ -105,7 +101,7 @@ class Invariance:
         cost: dict | None = None,
         extra: dict | None = None,
     ) -> dict:
-        """Run ``oracle`` on ``fn`` (and on ``control``), record the verdict, enforce ``expect``."""
+        """Run ``oracle`` on ``fn`` (and on ``control``), then :func:`judge` records and enforces."""
         __tracebackhide__ = True
         if expect not in EXPECTS:
             raise ValueError(f"expect={expect!r}; expected one of {', '.join(EXPECTS)}")
@@ -113,47 +109,19 @@ class Invariance:
         sizes = list(batch_sizes) if batch_sizes is not None else self.batch_sizes(limit)
         run = _OracleRun(oracle, contract, sizes, chunk_sizes, repeats or self.settings.repeats)
         result, error = run.trials(fn, inputs, self.settings.seed, n_trials)
-        control_rec = None
-        control_diverged = None
+        observed = Observation(result.diverged, result.evidence(), result.describe(), error=error)
+        ctl = None
         if control is not None:
             cres, cerr = run.trials(control, inputs, self.settings.seed, n_trials)
-            control_diverged = cres.diverged if cerr is None else None
-            control_rec = {
-                "name": control_name or getattr(control, "__name__", "control"),
-                "diverged": control_diverged,
-                "evidence": cres.evidence(),
-            }
-            if cerr:
-                control_rec["error"] = cerr
-        verdict = V.decide(result.diverged, control_diverged)
-        evidence = result.evidence()
-        rec = self.record(
-            family=family,
-            implementation=implementation,
-            oracle=oracle,
-            verdict=verdict,
-            quantization=quantization,
-            dtype=dtype,
-            shape=shape,
-            mode=mode,
-            contract=result.contract,
-            evidence=evidence,
-            control=control_rec,
-            cost=cost,
-            seed=self.settings.seed,
-            trials=n_trials,
-            profile=self.profile,
-            extra={
-                **(extra or {}),
-                "expect": expect,
-                "summary": result.describe(),
-                "batch_sizes": sizes if oracle in ("batch-size", "batch-position") else None,
-            },
-        )
-        if error is not None:
-            raise InvarianceFailure(f"{oracle} on {implementation} could not complete ({verdict}): {error}")
-        self.expect_verdict(rec, expect)
-        return rec
+            name = control_name or getattr(control, "__name__", "control")
+            ctl = Control(name, Observation(cres.diverged, cres.evidence(), cres.describe(), error=cerr))
+        return judge(
+            self, observed, ctl, expect=expect,
+            family=family, implementation=implementation, oracle=oracle, quantization=quantization,
+            dtype=dtype, shape=shape, mode=mode, contract=result.contract, cost=cost,
+            seed=self.settings.seed, trials=n_trials, profile=self.profile,
+            extra={**(extra or {}), "batch_sizes": sizes if oracle in ("batch-size", "batch-position") else None},
+        )  # fmt: skip
 
     # -- records -------------------------------------------------------------------
     def record(self, **fields: Any) -> dict:
@@ -175,31 +143,6 @@ class Invariance:
         raise InvarianceFailure(failure_message(rec, expect))
 
 
-def failure_message(rec: dict, expect: str) -> str:
-    """Readable failure: oracle, implementation, where it first differed, max ULP, contract, control."""
-    ev = rec.get("evidence") or {}
-    summary = (rec.get("extra") or {}).get("summary") or ""
-    lines = [
-        f"expected {expect}, got {rec['verdict']}: {rec['family']} / {rec['implementation']}"
-        f" / {rec.get('quantization')} / oracle {rec['oracle']} [contract {rec['contract']}]",
-    ]
-    if summary:
-        lines.append(f"  {summary}")
-    if ev.get("equivalence_classes"):
-        lines.append(f"  equivalence classes of batch sizes: {ev['equivalence_classes']}")
-    if ev.get("differing_batch_sizes"):
-        lines.append(f"  differing batch sizes: {ev['differing_batch_sizes']}")
-    ctl = rec.get("control")
-    if ctl:
-        lines.append(f"  control {ctl['name']}: {'diverged' if ctl.get('diverged') else 'did NOT diverge'}")
-    elif rec["verdict"] == V.VACUOUS:
-        lines.append("  no positive control was run, so equality cannot count as invariance")
-    if rec["verdict"] == V.VACUOUS:
-        lines.append("  vacuous: the check could not have seen a divergence on these inputs")
-    lines.append(f"  shape {rec.get('shape')}, dtype {rec.get('dtype')}, seed {rec.get('seed')}")
-    return "\n".join(lines)
-
-
 @dataclass
 class _OracleRun:
     oracle: str
@@ -217,20 +160,10 @@ class _OracleRun:
         try:
             for t in range(n):
                 rows = inputs(seed + t) if callable(inputs) else inputs
-                if self.oracle == B.BATCH_SIZE:
-                    B.batch_size_oracle(fn, rows, self.batch_sizes, contract=self.contract, trial=t, result=result)
-                elif self.oracle == B.BATCH_POSITION:
-                    B.batch_position_oracle(fn, rows, _position_sizes(self.batch_sizes),
-                                            contract=self.contract, trial=t, result=result)
-                elif self.oracle == B.RUN_TO_RUN:
-                    B.run_to_run_oracle(fn, rows, self.repeats, contract=self.contract, trial=t, result=result)
-                elif self.oracle == B.CHUNKING:
-                    if not self.chunk_sizes:
-                        raise ValueError("chunking oracle needs chunk_sizes")
-                    run = _seeded(fn, seed + t)
-                    B.chunking_oracle(run, self.chunk_sizes, contract=self.contract, trial=t, result=result)
-                else:
-                    raise ValueError(f"unknown oracle {self.oracle!r}; expected one of {', '.join(B.ORACLES)}")
+                runner = ORACLE_RUNNERS.get(self.oracle)
+                if runner is None:
+                    raise ValueError(f"unknown oracle {self.oracle!r}; expected one of {', '.join(ORACLE_RUNNERS)}")
+                runner(self, fn, rows, seed + t, t, result)
         except (ValueError, TypeError) as exc:
             if not result.points:
                 raise
@@ -262,3 +195,39 @@ def _seeded(run: Callable, seed: int) -> Callable:
     if "seed" in params:
         return lambda chunk: run(chunk, seed=seed)
     return run
+
+
+def _batch_size(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:
+    from pytest_invariance.oracles import batch as B
+
+    B.batch_size_oracle(fn, rows, run.batch_sizes, contract=run.contract, trial=trial, result=result)
+
+
+def _batch_position(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:
+    from pytest_invariance.oracles import batch as B
+
+    B.batch_position_oracle(fn, rows, _position_sizes(run.batch_sizes), contract=run.contract, trial=trial,
+                            result=result)  # fmt: skip
+
+
+def _run_to_run(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:
+    from pytest_invariance.oracles import batch as B
+
+    B.run_to_run_oracle(fn, rows, run.repeats, contract=run.contract, trial=trial, result=result)
+
+
+def _chunking(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:
+    from pytest_invariance.oracles import batch as B
+
+    if not run.chunk_sizes:
+        raise ValueError("chunking oracle needs chunk_sizes")
+    B.chunking_oracle(_seeded(fn, seed), run.chunk_sizes, contract=run.contract, trial=trial, result=result)
+
+
+# The one name -> oracle table (names from oracles.vocabulary).
+ORACLE_RUNNERS: dict[str, Callable[..., None]] = {
+    "batch-size": _batch_size,
+    "batch-position": _batch_position,
+    "run-to-run": _run_to_run,
+    "chunking": _chunking,
+}

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from pytest_invariance.adapters import AdapterError, make_adapter
+from pytest_invariance.e2e import Target
 from pytest_invariance.plugin import option
-
-from ._sweeps import Target
 
 HERE = Path(__file__).resolve().parent
 

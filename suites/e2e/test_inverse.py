@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from ._sweeps import inverse
+from pytest_invariance.e2e import inverse_check
 
 pytestmark = [pytest.mark.e2e, pytest.mark.inverse]
 
 
 @pytest.mark.parametrize("sweep", ["single", "needle", "mixed", "prefix", "logprobs", "prefill-decode"])
 def test_inverse(invariance, control_target, sweep):
-    inverse(invariance, sweep, control_target)
+    inverse_check(invariance, sweep, control_target)
 
 
 def test_inverse_cache(invariance, cache_control_target):
-    inverse(invariance, "cache", cache_control_target)
+    inverse_check(invariance, "cache", cache_control_target)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from ._sweeps import judge
+from pytest_invariance.e2e import invariant_check
 
 pytestmark = pytest.mark.e2e
 
 
 def test_prefill_decode(invariance, target, control_target):
-    judge(invariance, "prefill-decode", target, control_target)
+    invariant_check(invariance, "prefill-decode", target, control_target)

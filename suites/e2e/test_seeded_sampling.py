@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from ._sweeps import seeded_sampling, seeded_sampling_inverse
+from pytest_invariance.e2e import seeded_check, seeded_inverse_check
 
 pytestmark = pytest.mark.e2e
 
 
 def test_seeded_sampling(invariance, target):
-    seeded_sampling(invariance, target)
+    seeded_check(invariance, target)
 
 
 @pytest.mark.inverse
 def test_inverse_seeded_sampling_shared_rng(invariance, shared_rng_target):
-    seeded_sampling_inverse(invariance, shared_rng_target)
+    seeded_inverse_check(invariance, shared_rng_target)

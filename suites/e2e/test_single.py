@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from ._sweeps import judge
+from pytest_invariance.e2e import invariant_check
 
 pytestmark = pytest.mark.e2e
 
 
 def test_single(invariance, target, control_target):
-    judge(invariance, "single", target, control_target)
+    invariant_check(invariance, "single", target, control_target)

@@ -100,10 +100,3 @@ def limit(device: str, name: str) -> int | None:
     if device == "cpu":
         return INTERPRET_LIMIT if name.endswith("triton") else CPU_BATCH_LIMIT
     return None
-
-
-def oracle_method(invariance, oracle: str) -> Callable[..., Any]:
-    """The fixture's oracle method for a record's oracle name."""
-    return {"batch-size": invariance.batch, "batch-position": invariance.position}.get(
-        oracle, invariance.run_to_run
-    )

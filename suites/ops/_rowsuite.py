@@ -82,13 +82,3 @@ def trials_for(invariance, dtype_name: str, name: str, device: str) -> int:
     if dtype_name == "float32" and not (device == "cpu" and name.endswith("triton")):
         return max(invariance.trials, FP32_TRIALS)
     return invariance.trials
-
-
-def run_oracle(invariance, oracle: str, fn, inputs, control, control_name: str, **kw) -> dict:
-    """Dispatch to the fixture's oracle method by record name."""
-    method = {
-        "batch-size": invariance.batch,
-        "batch-position": invariance.position,
-        "run-to-run": invariance.run_to_run,
-    }[oracle]
-    return method(fn, inputs, control=control, control_name=control_name, **kw)

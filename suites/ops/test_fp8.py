@@ -24,7 +24,7 @@ from functools import lru_cache
 import pytest
 
 from ._expect import expect_for
-from ._gemmsuite import LLAMA3_8B, QWEN2_05B, gemm_params, limit, oracle_method, shapes, wide
+from ._gemmsuite import LLAMA3_8B, QWEN2_05B, gemm_params, limit, shapes, wide
 
 torch = pytest.importorskip("torch")
 
@@ -109,11 +109,12 @@ def test_fp8_gemm(invariance, device, name, quant, shape, oracle):
     else:
         fn = lambda x: kernel.fn(x, wq, ws)  # noqa: E731
     expect = expect_for(kernel.role, kernel.expect, oracle)
-    oracle_method(invariance, oracle)(
+    invariance.check(
         fn,
         lambda seed: _rows(
             rows, k, seed, device
         ).clone(),  # a kernel writing in place must not poison the cache
+        oracle=oracle,
         control=lambda x: control(x, wq, ws, xs),
         control_name=control_name,
         **common,

@@ -28,7 +28,7 @@ import pytest
 from pytest_invariance.oracles.vocabulary import QUANTIZATION_OF_DTYPE as QUANT
 
 from ._expect import expect_for
-from ._gemmsuite import LLAMA3_8B, QWEN2_05B, gemm_params, limit, oracle_method, shapes, wide
+from ._gemmsuite import LLAMA3_8B, QWEN2_05B, gemm_params, limit, shapes, wide
 
 torch = pytest.importorskip("torch")
 
@@ -106,11 +106,12 @@ def test_matmul(invariance, device, name, dtype_name, shape, oracle):
         prec = _precision(device, name)
         quant = prec["quantization"]
         extra = {"precision": prec, "tf32": prec["tf32"]}
-    oracle_method(invariance, oracle)(
+    invariance.check(
         lambda x: kernel.fn(x, w),
         lambda seed: _rows(
             rows, k, seed, dtype_name, device
         ).clone(),  # in-place kernels must not poison the cache
+        oracle=oracle,
         control=lambda x: control(x, w),
         control_name=control_name,
         family="matmul",

@@ -21,7 +21,6 @@ from ._rowsuite import (
     device_params,
     expect_for,
     pool_inputs,
-    run_oracle,
     trials_for,
 )
 
@@ -61,13 +60,12 @@ def test_rmsnorm(invariance, device, name, dtype_name, shape, oracle):
         control, control_name = per_call_splits(split_rmsnorm), "mutant:rmsnorm-split-per-call"
     else:
         control, control_name = split_rmsnorm, "mutant:rmsnorm-split"
-    run_oracle(
-        invariance,
-        oracle,
+    invariance.check(
         lambda x: kernel.fn(x, weight, EPS),
         pool_inputs(rows, h, dtype_name, device),
-        lambda x: control(x, weight, EPS),
-        control_name,
+        oracle=oracle,
+        control=lambda x: control(x, weight, EPS),
+        control_name=control_name,
         family="rmsnorm",
         implementation=name,
         quantization=QUANT[dtype_name],

@@ -22,7 +22,6 @@ from ._rowsuite import (
     device_params,
     expect_for,
     pool_inputs,
-    run_oracle,
     trials_for,
 )
 
@@ -60,13 +59,12 @@ def _check(invariance, fam, op, device, name, dtype_name, shape, oracle, control
         control, control_name = per_call_splits(control_fn), f"{control_name}-per-call"
     else:
         control = control_fn
-    run_oracle(
-        invariance,
-        oracle,
+    invariance.check(
         kernel.fn,
         pool_inputs(rows, n, dtype_name, device),
-        control,
-        control_name,
+        oracle=oracle,
+        control=control,
+        control_name=control_name,
         family="softmax",
         implementation=name,
         quantization=QUANT[dtype_name],

@@ -110,7 +110,7 @@ def test_cascade_attention_changes_bits_against_one_softmax_and_matches_in_value
 
 def test_warm_prefix_cache_hit_computes_differently_in_default_mode_only():
     """The cache sweep's positive control: the same request cold and warm (a hit of 144 tokens)."""
-    from pytest_invariance.suites.e2e._sweeps import neighbour
+    from pytest_invariance.e2e import neighbour
 
     prompt = neighbour(7, 160)
     p = SamplingParams(max_tokens=4, ignore_eos=True, logprobs=0)

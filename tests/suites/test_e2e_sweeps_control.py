@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_invariance.suites.e2e._sweeps import Outcome, Target, control_record
+from pytest_invariance.e2e import Outcome, Target, control_record
 
 
 class _Adapter:  # the fields a Target label reads; no requests are made

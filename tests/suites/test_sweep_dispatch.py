@@ -12,9 +12,8 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from pytest_invariance.suites.e2e._sweeps import Target, sweep_single  # noqa: E402
-
 from pytest_invariance.adapters.bundled import BundledAdapter, parse_steps_by_batch  # noqa: E402
+from pytest_invariance.e2e import Target, sweep_single  # noqa: E402
 from pytest_invariance.engine.config import EngineConfig, ModelConfig  # noqa: E402
 from pytest_invariance.engine.server import ServerThread, create_app  # noqa: E402
 

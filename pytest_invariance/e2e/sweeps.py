@@ -1,17 +1,7 @@
-"""Sweeps the e2e suites share: what to send, to which target, and how a result becomes a record.
+"""The e2e sweeps: what to send to a target, and what came back, as an :class:`Outcome`.
 
-The comparisons live in ``oracles.sequences``; this module only drives requests and assembles
-records. Each sweep returns an :class:`Outcome`; :func:`judge` runs it on the target and on its
-positive control (the inverse target, invariance off), decides the verdict (``vacuous`` when the
-control saw no divergence), records it and enforces the expectation.
-
-Why the sweeps look the way they do: by default every batch is sent as one request carrying all
-its prompts (``--invariance-dispatch list``: OpenAI ``prompt`` as a list, SGLang ``text`` as a list),
-so the prompts are co-batched by construction and a busy machine cannot change what shared a step.
-``independent`` dispatch (one connection per request, arrivals staggered by 10-30 ms) stays
-available: it mixes new prefills into running decodes, as real traffic does. Where the engine
-reports per-step batch sizes (the bundled engine's ``/metrics``), each level's sizes go into the
-evidence, so a ``vacuous`` result says whether the requests were ever co-batched.
+The comparisons live in ``oracles.sequences``; a sweep only drives requests and assembles the
+evidence. Verdicts and records are :mod:`pytest_invariance.e2e.checks`'s job.
 """
 
 from __future__ import annotations
@@ -21,24 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
+from pytest_invariance.adapters import AdapterError, GenParams, Progress
+from pytest_invariance.adapters.base import INDEPENDENT
 from pytest_invariance.oracles import sequences as S
-from pytest_invariance.oracles import verdict as V
 from pytest_invariance.oracles.sweeps import probe_positions
-from pytest_invariance.oracles.vocabulary import QUANTIZATION_OF_DTYPE as QUANT
 
-from pytest_invariance.adapters import Adapter, AdapterError, Completion, GenParams, Progress
-from pytest_invariance.adapters.base import DISPATCH, INDEPENDENT, LIST
+from .target import JITTER_MS, Target, co_batching, dispatch_shape, send
 
 PROBE = "The quick brown fox"
-JITTER_MS = (10.0, 30.0)
-INFO_KEYS = (
-    "engine", "version", "model", "mode", "batch_invariant", "enable_deterministic_inference", "dtype",
-    "device", "device_name", "num_threads", "max_num_seqs", "chunk_size", "chunked_prefill_size",
-    "page_size", "block_size", "enable_prefix_cache", "disable_radix_cache", "split_kv", "kernels",
-    "unrouted", "fully_invariant_routing", "attention_backend", "sampling_backend", "tp_size",
-    "gemm_strategy", "splitk_max_m", "split_kv_min_tokens", "batch_mechanisms",
-)  # fmt: skip
 # Neighbour texts of very different lengths (characters ~ tokens for byte-level tokenizers).
 _WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma "
           "tau upsilon phi chi psi omega").split()  # fmt: skip
@@ -52,49 +32,6 @@ def neighbour(i: int, length: int) -> str:
     while sum(len(w) + 1 for w in words) < length:
         words.append(rng.choice(_WORDS))
     return " ".join(words)[: max(length, 3)]
-
-
-@dataclass
-class Target:
-    """A live engine plus what it reported about itself."""
-
-    adapter: Adapter
-    role: str  # "target" (expected invariant) | "control" (expected default: invariance off)
-    expected_mode: str
-    info: dict | None = None
-    mode: str | None = None
-    log_path: str | None = None
-    dispatch: str = LIST  # how a batch is sent: one list request, or independent jittered requests
-
-    def __post_init__(self) -> None:
-        if self.dispatch not in DISPATCH:
-            raise ValueError(f"dispatch must be one of {', '.join(DISPATCH)}, got {self.dispatch!r}")
-
-    @property
-    def engine(self) -> str:
-        return self.adapter.engine
-
-    @property
-    def url(self) -> str:
-        return self.adapter.base_url
-
-    @property
-    def label(self) -> str:
-        return f"{self.engine} [{self.mode or 'mode unknown'}] @ {self.url}"
-
-    def refresh(self) -> None:
-        self.info = self.adapter.server_info()
-        self.mode = self.adapter.mode(self.info)
-
-    def mode_check(self) -> str | None:
-        """A one-line flag when the reported mode contradicts the role (None: consistent or unknown)."""
-        if self.mode is not None and self.mode != self.expected_mode:
-            return (f"{self.url} is used as the {self.role} (expected mode {self.expected_mode}) but its "
-                    f"/server_info reports mode {self.mode}")  # fmt: skip
-        return None
-
-    def config(self) -> dict:
-        return {k: self.info[k] for k in INFO_KEYS if self.info and k in self.info}
 
 
 @dataclass
@@ -123,45 +60,6 @@ def _progress(label: str, total: int) -> Progress:
     return Progress(total, label)
 
 
-def dispatch_shape(t: Target) -> dict:
-    """How a sweep's batches were sent, for its record's shape."""
-    if t.dispatch == LIST:
-        return {"dispatch": LIST}
-    return {"dispatch": INDEPENDENT, "jitter_ms": list(JITTER_MS)}
-
-
-def send(
-    t: Target,
-    prompts: list,
-    params: GenParams,
-    seed: int,
-    bar: Progress | None = None,
-    batches: dict[str, dict[int, int]] | None = None,
-    key: str | None = None,
-) -> list[Completion]:
-    """One batch of prompts on ``t`` in its dispatch mode; with ``batches`` and ``key``, the engine
-    steps this batch ran, by batch size (from the engine's metrics, where it reports them)."""
-    before = t.adapter.step_batch_sizes() if batches is not None else None
-    if t.dispatch == LIST:
-        out = t.adapter.generate(prompts, params, dispatch=LIST, progress=bar)
-    else:
-        out = t.adapter.generate(prompts, params, jitter_ms=JITTER_MS, seed=seed, progress=bar)
-    if batches is not None and before is not None:
-        after = t.adapter.step_batch_sizes() or {}
-        delta = {bs: n - before.get(bs, 0) for bs, n in sorted(after.items()) if n > before.get(bs, 0)}
-        batches[key or str(len(prompts))] = delta
-    return out
-
-
-def co_batching(batches: dict[str, dict[int, int]]) -> dict:
-    """Evidence from per-level step batch sizes: the sizes seen and the largest step of each level."""
-    if not batches:
-        return {}
-    return {"step_batch_sizes": {k: {str(bs): n for bs, n in v.items()} for k, v in batches.items()},
-            "max_step_batch": {k: max(v, default=0) for k, v in batches.items()}}  # fmt: skip
-
-
-# -- sweeps ------------------------------------------------------------------------------------
 Sweep = Callable[[Target, str, int], Outcome]
 
 
@@ -476,114 +374,9 @@ def run_cached(t: Target, name: str, profile: str, seed: int) -> Outcome:
 _OUTCOMES: dict[tuple, Outcome] = {}
 
 
-# -- records and verdicts ------------------------------------------------------------------------
-def _record(invariance: Any, t: Target, oracle: str, verdict: str, out: Outcome, control: dict | None,
-            expect: str, extra: dict | None = None) -> dict:  # fmt: skip
-    info = t.info or {}
-    ev = {**out.evidence, "url": t.url}
-    # A bundled engine started as a control variant gets its own matrix row.
-    variant = "+shared-rng" if info.get("shared_rng") else ""
-    return invariance.record(
-        family="engine",
-        implementation=t.engine + variant,
-        mode=t.mode,
-        oracle=oracle,
-        verdict=verdict,
-        quantization=QUANT.get(str(info.get("dtype")), str(info.get("dtype") or "unknown")),
-        dtype=info.get("dtype"),
-        shape={**out.shape, "model": info.get("model") or info.get("served_model_name")},
-        contract="bitwise",
-        evidence=ev,
-        control=control,
-        seed=invariance.seed,
-        trials=1,
-        profile=invariance.profile,
-        extra={
-            "expect": expect,
-            "summary": out.summary,
-            "role": t.role,
-            "server_info": t.config(),
-            "mode_check": t.mode_check() or ("consistent" if t.mode else "mode not reported by the server"),
-            "engine_log": t.log_path,
-            **(extra or {}),
-        },  # fmt: skip
-    )
-
-
-def engine_identity(t: Target) -> tuple:
-    """What must match for a control to speak for the target: adapter flavour and served model."""
-    info = t.info or {}
-    return (t.engine, info.get("model") or info.get("served_model_name"))
-
-
-def control_record(target: Target, control: Target, ctl_out: Outcome) -> dict:
-    """The positive control's part of a record, flagged ``foreign`` when it ran on other software.
-
-    Foreign means another engine or model than the target's (``engine_identity``): with
-    ``--invariance-url`` and no ``--invariance-url-control`` the control is the bundled engine,
-    which shows that the sweep's prompts and comparison can observe batch dependence, not that
-    the target's own kernels would show it with invariance off.
-    """
-    rec = {"name": f"inverse target {control.label}", "diverged": ctl_out.diverged,
-           "evidence": {**ctl_out.evidence, "summary": ctl_out.summary},
-           "foreign": engine_identity(target) != engine_identity(control)}  # fmt: skip
-    if rec["foreign"]:
-        rec["note"] = (f"the control ran on {control.label}, not on the target's engine and model with "
-                       "invariance off (--invariance-url-control names one)")  # fmt: skip
-    if ctl_out.error:
-        rec["error"] = ctl_out.error
-    return rec
-
-
-def judge(invariance: Any, name: str, target: Target, control: Target) -> dict:
-    """Invariance test: the sweep on ``target`` must show no divergence, and the same sweep on the
-    positive control (invariance off) must show some; otherwise the result is ``vacuous``."""
-    __tracebackhide__ = True
-    oracle = SWEEPS[name][1]
-    out = run_cached(target, name, invariance.profile, invariance.seed)
-    ctl_out = run_cached(control, name, invariance.profile, invariance.seed) if out.error is None else None
-    control_rec = control_record(target, control, ctl_out) if ctl_out is not None else None
-    verdict = V.decide(out.diverged, control_rec["diverged"] if control_rec else None,
-                       error=out.error is not None, unsupported=out.unsupported is not None)  # fmt: skip
-    rec = _record(invariance, target, oracle, verdict, out, control_rec, "invariant")
-    _enforce(invariance, rec, target, out, "invariant")
-    return rec
-
-
-def inverse(invariance: Any, name: str, control: Target) -> dict:
-    """Inverse test: with invariance off the same sweep must observe divergence."""
-    __tracebackhide__ = True
-    oracle = SWEEPS[name][1]
-    out = run_cached(control, name, invariance.profile, invariance.seed)
-    verdict = V.decide(
-        out.diverged, None, error=out.error is not None, unsupported=out.unsupported is not None
-    )
-    rec = _record(invariance, control, oracle, verdict, out, None, "divergent", {"inverse": True})
-    _enforce(invariance, rec, control, out, "divergent")
-    return rec
-
-
-def _enforce(invariance: Any, rec: dict, t: Target, out: Outcome, expect: str) -> None:
-    """Fail (one line for errors) or skip (unsupported); a verdict other than ``expect`` fails with
-    the record's evidence, and a mode that contradicts the target's role is flagged either way."""
-    __tracebackhide__ = True
-    from pytest_invariance.fixture import InvarianceFailure, failure_message
-
-    if out.error is not None:
-        pytest.fail(f"{rec['oracle']} sweep '{out.shape['sweep']}' incomplete: {out.error}", pytrace=False)
-    if out.unsupported is not None:
-        pytest.skip(f"unsupported on {t.label}: {out.unsupported}")
-    flag = t.mode_check()
-    if rec["verdict"] != expect:
-        msg = failure_message(rec, expect) + f"\n  target {t.label}"
-        raise InvarianceFailure(msg + (f"\n  MODE CHECK: {flag}" if flag else ""))
-    if flag:
-        pytest.fail(f"mode check: {flag} (sweep: {out.summary})", pytrace=False)
-
-
-def _seeded_sweep(invariance: Any, t: Target) -> tuple[Outcome, list]:
+def seeded_sweep(t: Target, profile: str, seed: int) -> tuple[Outcome, list]:
     """The probe sampled with one seed at each concurrency, then four requests with seeds 1..4."""
-    lv = [1, 4, 8] if invariance.profile == "quick" else [1, 4, 8, 16, 32]
+    lv = [1, 4, 8] if profile == "quick" else [1, 4, 8, 16, 32]
     params = GenParams(max_tokens=16, temperature=1.0, seed=1234)
     shape = {"sweep": "seeded-sampling", "prompt": PROBE, "temperature": 1.0, "seed": 1234, "levels": lv,
              "max_tokens": params.max_tokens, **dispatch_shape(t),
@@ -593,43 +386,13 @@ def _seeded_sweep(invariance: Any, t: Target) -> tuple[Outcome, list]:
     others: list = []
     try:
         for n in lv:
-            cs = send(t, [PROBE] * n, params, invariance.seed * 1000 + n, bar)
+            cs = send(t, [PROBE] * n, params, seed * 1000 + n, bar)
             outputs[n] = [c.token_ids for c in cs]
         # Four different seeds cannot share one list request (one set of sampling parameters each).
         seeds = [GenParams(max_tokens=16, temperature=1.0, seed=s) for s in (1, 2, 3, 4)]
         others = t.adapter.generate(
-            [PROBE] * 4, seeds, jitter_ms=JITTER_MS, seed=invariance.seed, progress=bar
+            [PROBE] * 4, seeds, jitter_ms=JITTER_MS, seed=seed, progress=bar
         )
         return _sequence_outcome(outputs, None, shape), others
     except AdapterError as exc:
         return _partial(outputs, shape, exc), others
-
-
-def seeded_sampling(invariance: Any, t: Target) -> dict:
-    """temperature > 0 with one seed: the same tokens at every concurrency; the control: different
-    seeds give different tokens (else the seed is ignored and the check is vacuous). A second,
-    batch-dependent control is ``seeded_sampling_inverse`` on an engine with a shared RNG."""
-    __tracebackhide__ = True
-    out, others = _seeded_sweep(invariance, t)
-    ctl = None
-    if out.error is None:
-        n_unique, _ = S.unique_completions([c.token_ids for c in others])
-        ctl = {"name": "different-seeds (1, 2, 3, 4)", "diverged": n_unique > 1,
-               "evidence": {"samples": len(others), "unique": n_unique}}  # fmt: skip
-    verdict = V.decide(out.diverged, ctl["diverged"] if ctl else None, error=out.error is not None)
-    rec = _record(invariance, t, "seeded-sampling", verdict, out, ctl, "invariant")
-    _enforce(invariance, rec, t, out, "invariant")
-    return rec
-
-
-def seeded_sampling_inverse(invariance: Any, t: Target) -> dict:
-    """The seeded sweep on an engine whose sampler draws from one engine-wide RNG in batch order
-    (bundled ``--shared-rng``): a request's tokens then depend on what else was sampled, and the
-    sweep must see it. Proves the sweep can observe batch-dependent sampling, not only ignored seeds."""
-    __tracebackhide__ = True
-    out, _ = _seeded_sweep(invariance, t)
-    verdict = V.decide(out.diverged, None, error=out.error is not None)
-    rec = _record(invariance, t, "seeded-sampling", verdict, out, None, "divergent",
-                  {"inverse": True, "control_kind": "shared engine-wide RNG (--shared-rng)"})  # fmt: skip
-    _enforce(invariance, rec, t, out, "divergent")
-    return rec
