@@ -1,4 +1,4 @@
-"""The compatibility matrix: records in, matrix.md / .html / .csv / .json out.
+"""The matrix model: records in, cells out, built once and handed to every renderer.
 
 Rows are (family, implementation [mode], quantization), columns are hardware
 names, and a cell holds one verdict per oracle with its evidence. When a cell
@@ -8,9 +8,9 @@ unsafe to ship. When the same test configuration was recorded several times,
 the latest record wins, so appending a new run to an old records file updates
 the matrix instead of mixing stale verdicts in.
 
-Output is a pure function of the records (sorted everywhere, no generation
-time), so a committed matrix only changes when a verdict does. Importing this
-module does not import torch.
+pandas does the one job it is good at here, the row x hardware grouping of
+cells into the table (``_grid``), and writes the CSV; everything else is plain
+Python over the records. Importing this module does not import torch.
 """
 
 from __future__ import annotations
@@ -21,22 +21,19 @@ import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from html import escape
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from . import plots
-from .oracles.verdict import (
+from ..oracles.verdict import (
     DIVERGENT,
     INCOMPLETE,
     INVARIANT,
     UNSUPPORTED,
     VACUOUS,
-    VERDICTS,
     vacuous_by_construction,
     worst,
 )
-from .records import SCHEMA, record_key
+from ..records import SCHEMA, record_key
 
 MATRIX_SCHEMA = "pytest-invariance.matrix/1"
 
@@ -381,338 +378,17 @@ def _hw_value(fp: dict, section: str, field: str) -> str:
     return "–" if v in (None, "") else str(v)
 
 
-# --------------------------------------------------------------------------- markdown
-def _md_escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
+@dataclass(frozen=True)
+class Matrix:
+    """What every renderer reads: the records read, the latest per configuration, and the cells."""
 
-def render_markdown(recs_in: int, recs: list[dict], cells: list[dict]) -> str:
-    rows, hardware, grid = _grid(cells, recs)
-    out = [
-        "# Invariance matrix",
-        "",
-        f"Contract(s): **{', '.join(_contracts(cells))}**. " + _summary_line(recs_in, recs, cells) + ".",
-        "",
-        "Each cell: the worst verdict in bold, then one verdict per oracle with its evidence; "
-        "`–` means not run on that hardware.",
-        "",
-    ]
-    out += [f"- **{v}**: {VERDICT_MEANING[v]}" for v in VERDICTS]
-    out.append("")
-    if not rows:
-        out += ["No records.", ""]
-    else:
-        head = ["family", "implementation", "quantization", *hardware]
-        out.append("| " + " | ".join(_md_escape(h) for h in head) + " |")
-        out.append("|" + "---|" * len(head))
-        for row in rows:
-            fam, impl, mode, quant = row
-            line = [fam, impl_label(impl, mode), quant or "–"]
-            for hw in hardware:
-                g = grid.get((row, hw))
-                if g is None:
-                    line.append("–")
-                    continue
-                text = f"**{g['verdict']}**: " + " · ".join(t for _, t in g["lines"])
-                if g["cost"]:
-                    text += f" · cost: {g['cost']}"
-                line.append(text)
-            out.append("| " + " | ".join(_md_escape(x) for x in line) + " |")
-        out.append("")
-    fps = hardware_fingerprints(recs)
-    if fps:
-        out += ["## Hardware", ""]
-        out.append("| hardware | " + " | ".join(label for label, _, _ in _HW_FIELDS) + " |")
-        out.append("|" + "---|" * (len(_HW_FIELDS) + 1))
-        for name, fp in fps.items():
-            vals = [_hw_value(fp, s, f) for _, s, f in _HW_FIELDS]
-            out.append("| " + " | ".join(_md_escape(x) for x in [name, *vals]) + " |")
-        out.append("")
-    return "\n".join(out)
+    records_read: int
+    recs: list[dict]
+    cells: list[dict]
 
-
-# --------------------------------------------------------------------------- html
-_CSS = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; }
-th, td { border: 1px solid #bbb; padding: 4px 8px; vertical-align: top; text-align: left; font-size: 13px; }
-th { background: #f4f4f4; }
-td.cell { min-width: 16em; }
-div.o { margin: 2px 0; padding: 1px 4px; border-radius: 3px; }
-div.cost { margin-top: 4px; font-style: italic; }
-span.badge { padding: 1px 6px; border-radius: 3px; border: 1px solid #999; }
-.meta { color: #444; }
-section.plots svg { display: block; margin: 1em 0; }
-p.empty { color: #777; font-style: italic; }
-"""
-
-
-def _verdict_css() -> str:
-    return "\n".join(f".v-{v} {{ background: {c}; }}" for v, c in VERDICT_COLOURS.items())
-
-
-def render_html(recs_in: int, recs: list[dict], cells: list[dict]) -> str:
-    rows, hardware, grid = _grid(cells, recs)
-    contracts = ", ".join(_contracts(cells))
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8"><title>pytest-invariance matrix</title>',
-        f"<style>{_CSS}{_verdict_css()}</style></head><body>",
-        "<h1>Invariance matrix</h1>",
-        f'<p class="meta">Contract(s): <b>{escape(contracts)}</b>. {escape(_summary_line(recs_in, recs, cells))}.</p>',
-        '<p class="legend">'
-        + " ".join(
-            f'<span class="badge v-{v}" title="{escape(VERDICT_MEANING[v])}">{v}</span>' for v in VERDICTS
-        )
-        + " — a cell takes the colour of its worst verdict.</p>",
-    ]
-    if not rows:
-        out.append('<p class="empty">No records.</p>')
-    else:
-        out.append(
-            '<table class="matrix"><thead><tr><th>family</th><th>implementation</th><th>quantization</th>'
-        )
-        out += [f"<th>{escape(hw)}</th>" for hw in hardware]
-        out.append("</tr></thead><tbody>")
-        for row in rows:
-            fam, impl, mode, quant = row
-            out.append(
-                f"<tr><td>{escape(fam)}</td><td>{escape(impl_label(impl, mode))}</td><td>{escape(quant or '–')}</td>"
-            )
-            for hw in hardware:
-                g = grid.get((row, hw))
-                if g is None:
-                    out.append('<td class="cell">–</td>')
-                    continue
-                inner = "".join(f'<div class="o v-{v}">{escape(t)}</div>' for v, t in g["lines"])
-                if g["cost"]:
-                    inner += f'<div class="cost">cost: {escape(g["cost"])}</div>'
-                out.append(f'<td class="cell v-{g["verdict"]}">{inner}</td>')
-            out.append("</tr>")
-        out.append("</tbody></table>")
-    out.append('<section class="plots"><h2>Plots</h2>')
-    out += _plots(recs)
-    out.append("</section>")
-    fps = hardware_fingerprints(recs)
-    if fps:
-        out.append("<h2>Hardware</h2><table><thead><tr><th>hardware</th>")
-        out += [f"<th>{escape(label)}</th>" for label, _, _ in _HW_FIELDS]
-        out.append("</tr></thead><tbody>")
-        for name, fp in fps.items():
-            vals = "".join(f"<td>{escape(_hw_value(fp, s, f))}</td>" for _, s, f in _HW_FIELDS)
-            out.append(f"<tr><td>{escape(name)}</td>{vals}</tr>")
-        out.append("</tbody></table>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
-
-
-def _row_label(rec: Mapping[str, Any]) -> str:
-    return " · ".join(
-        [
-            str(rec.get("family")),
-            impl_label(str(rec.get("implementation")), rec.get("mode")),
-            str(rec.get("quantization") or "–"),
-            hardware_name(rec),
-        ]
-    )
-
-
-def _test_label(rec: Mapping[str, Any]) -> str:
-    node = str(rec.get("nodeid") or "")
-    return node.rsplit("::", 1)[-1] or json.dumps(rec.get("shape"), sort_keys=True)
-
-
-def _ints(values: Any) -> set[int]:
-    if not isinstance(values, list):
-        return set()
-    return {int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-def divergence_series(recs: list[dict]) -> list[tuple[str, dict[int, tuple[int, int]]]]:
-    """Per (row, hardware, oracle): at each batch size, (configs that differed, configs known to test it).
-
-    Tested sizes come from per-point data (``evidence.points``), ``evidence.batch_sizes`` /
-    ``extra.batch_sizes``, or the edges of the equivalence classes; differing sizes from
-    ``evidence.differing_batch_sizes`` or the points.
-    """
-    acc: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for rec in recs:
-        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
-        extra = rec.get("extra") if isinstance(rec.get("extra"), Mapping) else {}
-        bad = _ints(ev.get("differing_batch_sizes"))
-        tested = _ints(ev.get("batch_sizes")) | _ints(extra.get("batch_sizes"))
-        points = ev.get("points") if isinstance(ev.get("points"), list) else []
-        for p in points:
-            if isinstance(p, Mapping) and isinstance(p.get("batch_size"), int):
-                tested.add(p["batch_size"])
-                if p.get("equal") is False or (_num(p.get("n_diff")) or 0) > 0:
-                    bad.add(p["batch_size"])
-        if isinstance(ev.get("equivalence_classes"), str):
-            for cls in plots.parse_classes(ev["equivalence_classes"]):
-                for lo, hi in cls:
-                    tested.update((lo, hi))
-        if not bad and not tested:
-            continue
-        label = f"{_row_label(rec)} · {rec.get('oracle')}"
-        for n in bad | tested:
-            acc[label][n][1] += 1
-            if n in bad:
-                acc[label][n][0] += 1
-    return [(label, {n: (c[0], c[1]) for n, c in sorted(pts.items())}) for label, pts in sorted(acc.items())]
-
-
-def first_divergence_counts(recs: list[dict]) -> dict[str, list[tuple[str, int]]]:
-    """Per hardware: how many divergent records first differed at each batch size."""
-    acc: dict[str, Counter] = defaultdict(Counter)
-    for rec in recs:
-        if rec.get("verdict") != DIVERGENT:
-            continue
-        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
-        first = ev.get("first") if isinstance(ev.get("first"), Mapping) else {}
-        n = first.get("batch_size")
-        if isinstance(n, int) and not isinstance(n, bool):
-            acc[hardware_name(rec)][n] += 1
-    return {hw: [(str(n), c) for n, c in sorted(cnt.items())] for hw, cnt in sorted(acc.items())}
-
-
-def class_series(recs: list[dict]) -> list[tuple[str, str]]:
-    out = set()
-    for rec in recs:
-        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
-        text = ev.get("equivalence_classes")
-        if isinstance(text, str) and plots.parse_classes(text):
-            out.add((f"{_row_label(rec)} · {_test_label(rec)}", text))
-    return sorted(out)
-
-
-def _xy_pairs(ev: Mapping[str, Any]) -> list[tuple[float, float]]:
-    uniq, conc = ev.get("unique"), ev.get("concurrency")
-    pairs: list[tuple[Any, Any]] = []
-    if isinstance(uniq, Mapping):
-        pairs = list(uniq.items())
-    elif isinstance(uniq, list) and isinstance(conc, list) and len(uniq) == len(conc):
-        pairs = list(zip(conc, uniq, strict=True))
-    elif uniq is not None and conc is not None and not isinstance(uniq, list) and not isinstance(conc, list):
-        pairs = [(conc, uniq)]
-    elif isinstance(ev.get("points"), list):
-        pairs = [
-            (p.get("concurrency"), p.get("unique"))
-            for p in ev["points"]
-            if isinstance(p, Mapping) and "concurrency" in p and "unique" in p
-        ]
-    out = []
-    for x, y in pairs:
-        xf, yf = _num(x), _num(y)
-        if xf is not None and yf is not None and math.isfinite(xf) and math.isfinite(yf) and xf > 0:
-            out.append((xf, yf))
-    return sorted(out)
-
-
-def unique_series(recs: list[dict]) -> list[tuple[str, list[tuple[float, float]]]]:
-    """Engine records: unique completions vs concurrency (1 everywhere means invariant)."""
-    out = []
-    for rec in recs:
-        if rec.get("family") != "engine":
-            continue
-        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
-        pts = _xy_pairs(ev)
-        if pts:
-            label = f"{impl_label(str(rec.get('implementation')), rec.get('mode'))} · {hardware_name(rec)} · "
-            out.append((label + f"{rec.get('oracle')} · {_test_label(rec)}", pts))
-    return sorted(out)
-
-
-def _plots(recs: list[dict]) -> list[str]:
-    out = ["<h3>Divergence vs batch size</h3>"]
-    div = divergence_series(recs)
-    if div:
-        out.append(plots.divergence_strip(div, "Probe row differs from batch size 1 at N"))
-    else:
-        out.append('<p class="empty">No record reports batch sizes.</p>')
-    out.append("<h3>First divergence</h3>")
-    firsts = first_divergence_counts(recs)
-    if firsts:
-        for hw, bars in firsts.items():
-            total = sum(c for _, c in bars)
-            out.append(
-                plots.histogram(bars, f"{hw}: first differing batch size ({total} divergent)", "batch size N")
-            )
-    else:
-        out.append('<p class="empty">No divergent record with a first differing batch size.</p>')
-    out.append("<h3>Equivalence classes</h3>")
-    classes = class_series(recs)
-    if classes:
-        out.append(plots.class_bands(classes, "Batch sizes grouped by bit-identical probe output"))
-    else:
-        out.append('<p class="empty">No record reports equivalence classes.</p>')
-    uniq = unique_series(recs)
-    if uniq:
-        out.append("<h3>Engine: unique samples vs concurrency</h3>")
-        out.append(plots.line_chart(uniq, "Unique completions of one prompt", "concurrency", "unique"))
-    return out
-
-
-# --------------------------------------------------------------------------- csv / json
-def _json_cells(cells: list[dict]) -> list[dict]:
-    keep = (*CELL_KEYS, "verdict", "evidence", "contracts", "cost", "records", "verdict_counts",
-            "first", "max_ulp", "failures", "trials", "equivalence_classes", "nodeid", "control")  # fmt: skip
-    return [
-        {**{k: c[k] for k in keep}, **({"vacuous_by_construction": c["vacuous_by_construction"]}
-                                       if "vacuous_by_construction" in c else {})}
-        for c in cells
-    ]  # fmt: skip
-
-
-def render_json(recs_in: int, recs: list[dict], cells: list[dict]) -> str:
-    doc = {
-        "schema": MATRIX_SCHEMA,
-        "record_schema": SCHEMA,
-        "contracts": _contracts(cells),
-        "summary": _summary_line(recs_in, recs, cells),
-        "hardware": hardware_fingerprints(recs),
-        "cells": _json_cells(cells),
-    }
-    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
-
-
-def render_csv(cells: list[dict]) -> str:
-    import pandas as pd
-
-    cols = [*CELL_KEYS, "verdict", "contract", "evidence", "cost_ratio", "cost", "records"]
-    df = pd.DataFrame(
-        [
-            {
-                **{k: c[k] for k in CELL_KEYS},
-                "verdict": c["verdict"],
-                "contract": ";".join(c["contracts"]),
-                "evidence": c["evidence"],
-                "cost_ratio": None if c["cost"] is None else c["cost"]["ratio"],
-                "cost": None if c["cost"] is None else c["cost"]["text"],
-                "records": c["records"],
-            }
-            for c in cells
-        ],
-        columns=cols,
-    )
-    return df.to_csv(index=False, lineterminator="\n")
-
-
-def render_matrix(records: Iterable[Mapping[str, Any]], out_dir: str | Path) -> dict[str, Path]:
-    """Write matrix.md, matrix.html, matrix.csv and matrix.json under ``out_dir``; returns their paths."""
-    records = list(records)
-    recs = latest_records(records)
-    cells = build_cells(recs)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    texts = {
-        "md": render_markdown(len(records), recs, cells),
-        "html": render_html(len(records), recs, cells),
-        "csv": render_csv(cells),
-        "json": render_json(len(records), recs, cells),
-    }
-    paths = {}
-    for ext, text in texts.items():
-        p = out / f"matrix.{ext}"
-        p.write_text(text, encoding="utf-8")
-        paths[ext] = p
-    return paths
+    @classmethod
+    def build(cls, records: Iterable[Mapping[str, Any]]) -> Matrix:
+        records = list(records)
+        recs = latest_records(records)
+        return cls(len(records), recs, build_cells(recs))

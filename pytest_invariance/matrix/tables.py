@@ -1,0 +1,61 @@
+"""matrix.json and matrix.csv: the cells as data."""
+
+from __future__ import annotations
+
+import json
+
+from ..records import SCHEMA
+from .model import (
+    CELL_KEYS,
+    MATRIX_SCHEMA,
+    Matrix,
+    _contracts,
+    _summary_line,
+    hardware_fingerprints,
+)
+
+
+def _json_cells(cells: list[dict]) -> list[dict]:
+    keep = (*CELL_KEYS, "verdict", "evidence", "contracts", "cost", "records", "verdict_counts",
+            "first", "max_ulp", "failures", "trials", "equivalence_classes", "nodeid", "control")  # fmt: skip
+    return [
+        {**{k: c[k] for k in keep}, **({"vacuous_by_construction": c["vacuous_by_construction"]}
+                                       if "vacuous_by_construction" in c else {})}
+        for c in cells
+    ]  # fmt: skip
+
+
+def render_json(m: Matrix) -> str:
+    recs_in, recs, cells = m.records_read, m.recs, m.cells
+    doc = {
+        "schema": MATRIX_SCHEMA,
+        "record_schema": SCHEMA,
+        "contracts": _contracts(cells),
+        "summary": _summary_line(recs_in, recs, cells),
+        "hardware": hardware_fingerprints(recs),
+        "cells": _json_cells(cells),
+    }
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+
+
+def render_csv(m: Matrix) -> str:
+    cells = m.cells
+    import pandas as pd
+
+    cols = [*CELL_KEYS, "verdict", "contract", "evidence", "cost_ratio", "cost", "records"]
+    df = pd.DataFrame(
+        [
+            {
+                **{k: c[k] for k in CELL_KEYS},
+                "verdict": c["verdict"],
+                "contract": ";".join(c["contracts"]),
+                "evidence": c["evidence"],
+                "cost_ratio": None if c["cost"] is None else c["cost"]["ratio"],
+                "cost": None if c["cost"] is None else c["cost"]["text"],
+                "records": c["records"],
+            }
+            for c in cells
+        ],
+        columns=cols,
+    )
+    return df.to_csv(index=False, lineterminator="\n")
