@@ -1,7 +1,7 @@
 """The ``invariance`` fixture: run an oracle and its control, record, and judge.
 
-Kept apart from plugin.py so that loading the plugin never imports torch: this
-module is imported only when a test requests the fixture.
+Kept apart from plugin.py so that loading the plugin never imports torch or the judge: this
+module is imported only when a test requests the fixture (the plugin reads ``settings`` only).
 """
 
 from __future__ import annotations
@@ -15,19 +15,9 @@ import pytest
 from pytest_invariance import hardware
 from pytest_invariance.judge import EXPECTS, Control, InvarianceFailure, Observation, failure_message, judge
 from pytest_invariance.records import make_record
+from pytest_invariance.settings import Settings
 
 __all__ = ["EXPECTS", "Invariance", "InvarianceFailure", "Settings", "failure_message"]
-
-
-@dataclass
-class Settings:
-    """Per-session settings the fixture needs (serializable, copied to workers)."""
-
-    run_id: str
-    profile: str = "quick"
-    trials: int = 3
-    seed: int = 0
-    repeats: int = 5
 
 
 @dataclass

@@ -89,8 +89,8 @@ class InvarianceSession:
     """Run-wide state, on the controller (and, for settings, on each worker)."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from pytest_invariance.fixture import Settings
         from pytest_invariance.records import new_run_id
+        from pytest_invariance.settings import Settings
 
         self.config = config
         workerinput = getattr(config, "workerinput", None)
