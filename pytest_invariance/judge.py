@@ -33,6 +33,7 @@ class Observation:
     summary: str = ""
     error: str | None = None  # why it stopped short (a raise, a timeout, a bad response)
     unsupported: str | None = None  # why it could not run here at all
+    blind: str | None = None  # why equality here proves nothing (e.g. a cache hit not proven)
 
 
 @dataclass
@@ -58,8 +59,11 @@ class Control:
 
 
 def decide(observed: Observation, control: Control | None) -> str:
-    """The verdict: a control that raised makes the check ``incomplete``, not ``vacuous``."""
+    """The verdict: a control that raised makes the check ``incomplete``, not ``vacuous``; an
+    equality the check could not have told apart from a pass (``blind``) is ``vacuous``."""
     control_error = control is not None and control.observation is not None and control.observation.error
+    if observed.blind and observed.diverged is False and not observed.error and not control_error:
+        return V.VACUOUS
     return V.decide(
         observed.diverged,
         control.diverged if control is not None else None,
@@ -137,6 +141,7 @@ def failure_message(rec: Mapping[str, Any], expect: str) -> str:
     elif rec["verdict"] == V.VACUOUS:
         lines.append("  no positive control was run, so equality cannot count as invariance")
     if rec["verdict"] == V.VACUOUS:
-        lines.append("  vacuous: the check could not have seen a divergence on these inputs")
+        blind = ev.get("blind")
+        lines.append(f"  vacuous: {blind}" if blind else "  vacuous: the check could not have seen a divergence on these inputs")
     lines.append(f"  shape {rec.get('shape')}, dtype {rec.get('dtype')}, seed {rec.get('seed')}")
     return "\n".join(lines)

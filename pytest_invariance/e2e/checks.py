@@ -21,7 +21,8 @@ from .target import Target, engine_identity
 
 
 def observation(t: Target, out: Outcome) -> Observation:
-    return Observation(out.diverged, {**out.evidence, "url": t.url}, out.summary, out.error, out.unsupported)
+    ev = {**out.evidence, "url": t.url, **({"blind": out.blind} if out.blind else {})}
+    return Observation(out.diverged, ev, out.summary, out.error, out.unsupported, out.blind)
 
 
 def subject(invariance: Any, t: Target, oracle: str, out: Outcome, extra: dict | None = None) -> dict:

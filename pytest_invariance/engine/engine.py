@@ -35,6 +35,7 @@ class StepOutput:
     finish_reason: str | None  # "length" | "stop" | "abort"
     prompt_logprobs: list[float | None] | None = None  # first output only; None at position 0
     prompt_top_logprobs: list[list[tuple[int, float]] | None] | None = None
+    cached_tokens: int = 0  # prompt tokens this request took from the prefix cache
 
 
 def _kv_budget_bytes(device: torch.device) -> int:
@@ -186,7 +187,8 @@ class LLMEngine:
                 lp = float(logprobs[r, tok])
                 top = top_logprobs(logprobs[r : r + 1], seq.params.logprobs)[0]
             reason = self._finish_reason(seq, tok)
-            out = StepOutput(seq.request_id, tok, lp, top, reason is not None, reason)
+            out = StepOutput(seq.request_id, tok, lp, top, reason is not None, reason,
+                             cached_tokens=seq.num_cached_prefix)  # fmt: skip
             if seq.prompt_logprobs is not None and not seq.prompt_logprobs_sent:
                 out.prompt_logprobs = seq.prompt_logprobs
                 out.prompt_top_logprobs = seq.prompt_top_logprobs
