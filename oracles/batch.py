@@ -51,6 +51,7 @@ class OracleResult:
     points: list[Point] = field(default_factory=list)
     classes: list[list[int]] | None = None
     error: str | None = None
+    nondeterministic: bool = False  # the run-to-run pre-check saw a repeat differ
 
     def add(self, point: Point) -> None:
         self.points.append(point)
@@ -95,7 +96,9 @@ class OracleResult:
         positions = sorted({p.position for p in diffs if p.position is not None})
         if positions:
             ev["differing_positions"] = positions
-        if self.classes is not None:
+        if self.nondeterministic:
+            ev["nondeterministic"] = "run-to-run: the largest batch gave other bits when repeated"
+        elif self.classes is not None:
             ev["equivalence_classes"] = format_classes(self.classes)
         if self.error:
             ev["error"] = self.error
@@ -106,6 +109,11 @@ class OracleResult:
         first = self.first
         if first is None:
             return f"{self.oracle}: no divergence in {self.trials} trial(s) [contract {self.contract}]"
+        if self.nondeterministic:
+            c = first.comparison
+            return (f"{self.oracle}: nondeterministic (run-to-run): batch {first.batch_size} repeated gave "
+                    f"{c.n_diff}/{c.numel} other elements, max ULP {c.max_ulp:g}; batch classes not meaningful "
+                    f"[contract {self.contract}]")  # fmt: skip
         c = first.comparison
         where = []
         if first.batch_size is not None:
@@ -120,6 +128,13 @@ class OracleResult:
             f"{c.n_diff}/{c.numel} elements differ, max ULP {c.max_ulp:g}, max abs {c.max_abs:.3g}; "
             f"failures {self.failures}/{self.trials} [contract {self.contract}]"
         )
+
+
+def _rows_out(f: Fn, batch: torch.Tensor) -> torch.Tensor:
+    out = f(batch)
+    if out.shape[0] != batch.shape[0]:
+        raise ValueError(f"f returned {out.shape[0]} rows for a batch of {batch.shape[0]}")
+    return out.detach().clone()  # kept across calls: a kernel may reuse its output buffer
 
 
 def _probe_out(f: Fn, batch: torch.Tensor, index: int) -> torch.Tensor:
@@ -138,30 +153,57 @@ def batch_size_oracle(
     trial: int = 0,
     result: OracleResult | None = None,
 ) -> OracleResult:
-    """Probe row ``rows[0]`` alone vs at position 0 of a batch of N, for each N.
+    """Every row of a batch of N against the same rows in the next smaller batch, and row 0 alone.
 
-    ``rows`` must hold at least ``max(batch_sizes)`` rows; rows 1.. are the
-    neighbours. Equivalence classes group batch sizes by identical probe output.
+    For consecutive sweep sizes M < N, ``f(rows[:N])[:M]`` is compared with ``f(rows[:M])``, so a
+    kernel that spares row 0 (or any prefix of rows) is still caught, at no extra call of ``f``;
+    row 0 of every batch is also compared with ``rows[0]`` alone, which gives the equivalence
+    classes (batch sizes grouped by identical probe output). ``rows`` must hold at least
+    ``max(batch_sizes)`` rows.
     """
     c = parse_contract(contract)
     res = result or OracleResult(BATCH_SIZE, str(c))
     need = max(batch_sizes)
     if rows.shape[0] < need:
         raise ValueError(f"need {need} rows for batch size {need}, got {rows.shape[0]}")
-    alone = _probe_out(f, rows[:1], 0)
+    prev = _rows_out(f, rows[:1])
+    alone = prev[0]
     want_classes = res.classes is None  # classes come from the first trial
     prints: dict[int, BitsKey] = {1: BitsKey(alone)} if want_classes else {}
-    for n in batch_sizes:
+    for n in sorted(set(batch_sizes)):
         if n == 1:
             continue
-        out = _probe_out(f, rows[:n], 0)
+        out = _rows_out(f, rows[:n])
         if want_classes:
-            prints[n] = BitsKey(out)
-        res.add(Point(n, 0, trial, compare(alone, out, c)))
+            prints[n] = BitsKey(out[0])
+        res.add(Point(n, 0, trial, compare(alone, out[0], c)))
+        m = prev.shape[0]
+        if m > 1:  # rows 1..m-1 too (row 0 is the probe point above)
+            res.add(Point(n, None, trial, compare(prev, out[:m], c), label=f"rows 0..{m - 1} vs batch {m}"))
+        prev = out
     res.trials += 1
     if want_classes:
         res.classes = equivalence_classes(prints)
     return res
+
+
+def nondeterminism_precheck(
+    f: Fn, rows: torch.Tensor, n: int, *, contract: str | Contract = BITWISE, trial: int = 0,
+    result: OracleResult,
+) -> bool:
+    """The largest batch twice: True (and a point in ``result``) when the repeat differs.
+
+    Run before the batch-size and position oracles, so a subject whose bits change from call to
+    call is reported as nondeterministic, not as a ladder of singleton batch classes."""
+    c = parse_contract(contract)
+    first = _rows_out(f, rows[:n])
+    comp = compare(first, _rows_out(f, rows[:n]), c)
+    if comp.equal:
+        return False
+    result.add(Point(n, None, trial, comp, label="run-to-run pre-check"))
+    result.nondeterministic = True
+    result.classes = None
+    return True
 
 
 def batch_position_oracle(

@@ -166,12 +166,19 @@ class _OracleRun:
         return result, error
 
 
+POSITION_SIZES = 8  # the position oracle calls fn 5 times per size: 40 calls at most per trial
+
+
 def _position_sizes(sizes: list[int]) -> list[int]:
-    """A few batch sizes for the position oracle: the smallest >= 3, the median and the largest."""
-    big = sorted(s for s in sizes if s >= 3)
+    """Batch sizes for the position oracle: every sweep size >= 3 when there are at most
+    ``POSITION_SIZES``, else that many spread evenly over them (the smallest and largest included)."""
+    big = sorted({s for s in sizes if s >= 3})
     if not big:
-        return sorted(s for s in sizes if s >= 2)
-    return sorted({big[0], big[len(big) // 2], big[-1]})
+        return sorted({s for s in sizes if s >= 2})
+    if len(big) <= POSITION_SIZES:
+        return big
+    step = (len(big) - 1) / (POSITION_SIZES - 1)
+    return sorted({big[round(i * step)] for i in range(POSITION_SIZES)})
 
 
 def _seeded(run: Callable, seed: int) -> Callable:
@@ -187,17 +194,30 @@ def _seeded(run: Callable, seed: int) -> Callable:
     return run
 
 
+def _nondeterministic(run: _OracleRun, fn: Callable, rows: Any, trial: int, result: Any) -> bool:
+    """Run-to-run on the largest batch first; once seen, the batch oracles are not run at all (and
+    the trials after it are not counted: failures/N then speaks of the trials that ran)."""
+    from pytest_invariance.oracles import batch as B
+
+    if result.nondeterministic:
+        return True
+    n = min(max(run.batch_sizes), rows.shape[0])
+    return B.nondeterminism_precheck(fn, rows, n, contract=run.contract, trial=trial, result=result)
+
+
 def _batch_size(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:
     from pytest_invariance.oracles import batch as B
 
-    B.batch_size_oracle(fn, rows, run.batch_sizes, contract=run.contract, trial=trial, result=result)
+    if not _nondeterministic(run, fn, rows, trial, result):
+        B.batch_size_oracle(fn, rows, run.batch_sizes, contract=run.contract, trial=trial, result=result)
 
 
 def _batch_position(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:
     from pytest_invariance.oracles import batch as B
 
-    B.batch_position_oracle(fn, rows, _position_sizes(run.batch_sizes), contract=run.contract, trial=trial,
-                            result=result)  # fmt: skip
+    if not _nondeterministic(run, fn, rows, trial, result):
+        B.batch_position_oracle(fn, rows, _position_sizes(run.batch_sizes), contract=run.contract, trial=trial,
+                                result=result)  # fmt: skip
 
 
 def _run_to_run(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:

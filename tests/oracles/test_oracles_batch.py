@@ -98,3 +98,20 @@ def test_inputs_are_reproducible_and_order_sensitive() -> None:
 def test_ties_repeat_the_row_maximum() -> None:
     x = with_ties((4, 64), seed=3)
     assert all(int((row == row.max()).sum()) > 1 for row in x)
+
+
+def spares_row_zero(x: torch.Tensor) -> torch.Tensor:
+    """Row 0 computed one way always; every other row's order flips once the batch reaches 8."""
+    out = rowwise(x)
+    if x.shape[0] >= 8:
+        out[1:] = torch.stack([F.linear(r.flip(0)[None], W.flip(1))[0] for r in x[1:]])
+    return out
+
+
+def test_batch_size_sees_a_bug_that_spares_row_zero() -> None:
+    res = batch_size_oracle(spares_row_zero, rows_pool(40, (128,), 1), [1, 2, 7, 8, 9, 33])
+    assert res.diverged is True
+    bad = [p for p in res.points if not p.comparison.equal]
+    assert {p.batch_size for p in bad} == {8}  # rows 1..6 of batch 8 vs batch 7
+    assert all(p.position is None and p.label == "rows 0..6 vs batch 7" for p in bad)
+    assert res.classes == [[1, 2, 7, 8, 9, 33]]  # the probe row itself never moved

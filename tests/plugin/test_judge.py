@@ -32,6 +32,16 @@ def test_control_raises(invariance):
     invariance.batch(rowwise, rows, family="matmul", implementation="rowwise", quantization="fp32-ieee",
                      control=control_that_raises, control_name="mutant:broken", batch_sizes=[1, 2, 8])
 
+_calls = [0]
+
+def nondeterministic(x):
+    _calls[0] += 1
+    return x * (1.0 + 1e-6 * (_calls[0] % 3))
+
+def test_nondeterministic_is_not_batch_classes(invariance):
+    invariance.batch(nondeterministic, rows, family="matmul", implementation="random-order",
+                     quantization="fp32-ieee", control=rowwise, batch_sizes=[1, 2, 8], expect="measure")
+
 def test_subject_raises(invariance):
     invariance.batch(subject_that_raises, rows, family="matmul", implementation="flaky",
                      quantization="fp32-ieee", control=rowwise, batch_sizes=[1, 2, 8])
@@ -54,7 +64,7 @@ def test_a_raise_is_incomplete_with_its_error(pytester: pytest.Pytester, xdist: 
     pytester.makepyfile(test_suite=SUITE)
     out = pytester.path / "rec.jsonl"
     result = pytester.runpytest(*xdist, f"--invariance-records={out}")
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(failed=2, passed=1)
     # one line each, in whatever order the workers finished
     result.stdout.fnmatch_lines(["*batch-size on rowwise incomplete: control mutant:broken raised: RuntimeError: boom*"])
     result.stdout.fnmatch_lines(["*batch-size on flaky incomplete: RuntimeError: boom at batch 8*"])
@@ -62,3 +72,7 @@ def test_a_raise_is_incomplete_with_its_error(pytester: pytest.Pytester, xdist: 
     assert recs["rowwise"]["verdict"] == "incomplete"
     assert recs["rowwise"]["control"]["error"] == "RuntimeError: boom in the control"
     assert recs["flaky"]["verdict"] == "incomplete"
+    nd = recs["random-order"]
+    assert nd["verdict"] == "divergent" and nd["evidence"]["nondeterministic"].startswith("run-to-run")
+    assert "equivalence_classes" not in nd["evidence"]
+    assert nd["evidence"]["first"]["label"] == "run-to-run pre-check"
