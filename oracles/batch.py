@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .classes import equivalence_classes, format_classes
+from .classes import contract_classes, equivalence_classes, format_classes
 from .compare import BITWISE, BitsKey, Comparison, Contract, compare, parse_contract
 from .stats import failure_summary
 from .sweeps import probe_positions
@@ -169,13 +169,14 @@ def batch_size_oracle(
     prev = _rows_out(f, rows[:1])
     alone = prev[0]
     want_classes = res.classes is None  # classes come from the first trial
-    prints: dict[int, BitsKey] = {1: BitsKey(alone)} if want_classes else {}
+    bitwise = c.kind == BITWISE
+    probes: dict[int, object] = {1: BitsKey(alone) if bitwise else alone} if want_classes else {}
     for n in sorted(set(batch_sizes)):
         if n == 1:
             continue
         out = _rows_out(f, rows[:n])
         if want_classes:
-            prints[n] = BitsKey(out[0])
+            probes[n] = BitsKey(out[0]) if bitwise else out[0]
         res.add(Point(n, 0, trial, compare(alone, out[0], c)))
         m = prev.shape[0]
         if m > 1:  # rows 1..m-1 too (row 0 is the probe point above)
@@ -183,7 +184,9 @@ def batch_size_oracle(
         prev = out
     res.trials += 1
     if want_classes:
-        res.classes = equivalence_classes(prints)
+        # classes under the declared contract: bitwise groups by bits, ulp<=k / tolerance by compare
+        res.classes = (equivalence_classes(probes) if bitwise
+                       else contract_classes(probes, lambda a, b: compare(a, b, c).equal))  # fmt: skip
     return res
 
 

@@ -6,7 +6,7 @@ or a CUDA-graph bucket ends.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 
 def equivalence_classes(outputs: Mapping[int, Hashable]) -> list[list[int]]:
@@ -15,6 +15,20 @@ def equivalence_classes(outputs: Mapping[int, Hashable]) -> list[list[int]]:
     for key in sorted(outputs):
         groups.setdefault(outputs[key], []).append(key)
     return sorted(groups.values(), key=lambda g: g[0])
+
+
+def contract_classes(outputs: Mapping[int, object], same: Callable[[object, object], bool]) -> list[list[int]]:
+    """Group keys whose outputs ``same`` calls equal under a declared contract (``ulp<=k``,
+    ``tolerance``): each key joins the first class whose first member it matches, in key order.
+    Tolerance is not transitive, so a class is "within the contract of its smallest key"."""
+    classes: list[list[int]] = []
+    for key in sorted(outputs):
+        home = next((c for c in classes if same(outputs[c[0]], outputs[key])), None)
+        if home is None:
+            classes.append([key])
+        else:
+            home.append(key)
+    return classes
 
 
 def _ranges(keys: list[int], universe: list[int]) -> str:

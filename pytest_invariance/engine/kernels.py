@@ -80,12 +80,24 @@ def splitk_linear(
     on which side of the M bucket edge its step fell, whatever the host's BLAS does."""
     acc: torch.Tensor | None = None
     for xs, ws in zip(x.tensor_split(parts, dim=-1), w.tensor_split(parts, dim=-1), strict=True):
-        part = F.linear(xs.float(), ws.float())
+        part = _fp32_product(xs, ws)
         acc = part if acc is None else acc + part
     assert acc is not None
     if b is not None:
         acc = acc + b.float()
     return acc.to(x.dtype)
+
+
+def _fp32_product(xs: torch.Tensor, ws: torch.Tensor) -> torch.Tensor:
+    """``xs @ ws.T`` as an fp32 partial: on CUDA straight from the 16-bit operands where torch
+    offers ``out_dtype`` (no fp32 copy of the weights), elsewhere on fp32 copies (CPU BLAS has no
+    16-bit-in, fp32-out GEMM)."""
+    if xs.is_cuda and xs.dtype in (torch.bfloat16, torch.float16):
+        try:
+            return torch.mm(xs, ws.t(), out_dtype=torch.float32)
+        except (TypeError, RuntimeError, NotImplementedError):
+            pass
+    return F.linear(xs.float(), ws.float())
 
 
 def m_bucket_linear(max_m: int, parts: int) -> Callable[..., torch.Tensor]:

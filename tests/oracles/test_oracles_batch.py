@@ -115,3 +115,19 @@ def test_batch_size_sees_a_bug_that_spares_row_zero() -> None:
     assert {p.batch_size for p in bad} == {8}  # rows 1..6 of batch 8 vs batch 7
     assert all(p.position is None and p.label == "rows 0..6 vs batch 7" for p in bad)
     assert res.classes == [[1, 2, 7, 8, 9, 33]]  # the probe row itself never moved
+
+
+def test_classes_honour_a_declared_ulp_contract() -> None:
+    """Under ``ulp<=2`` a one-ULP wobble is the same output: one class, not {1} {2..}."""
+
+    def one_ulp_off_in_batches(x: torch.Tensor) -> torch.Tensor:
+        out = x * 1.5
+        if x.shape[0] > 1:
+            out = torch.nextafter(out, torch.full_like(out, float("inf")))
+        return out
+
+    rows = rows_pool(17, (16,), 3)
+    strict = batch_size_oracle(one_ulp_off_in_batches, rows, [1, 2, 8, 17])
+    assert strict.classes == [[1], [2, 8, 17]] and strict.diverged
+    loose = batch_size_oracle(one_ulp_off_in_batches, rows, [1, 2, 8, 17], contract="ulp<=2")
+    assert loose.classes == [[1, 2, 8, 17]] and loose.diverged is False
