@@ -18,19 +18,14 @@ Call signatures per family are in ``registry``'s docstring and the family module
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from .device import interpreting
 from .registry import register
 
 INTERPRETED = "reference-triton"  # the name of every interpreter row
-
-
-def interpreting() -> bool:
-    """Whether this process runs Triton kernels under the interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _stock(family: str, name: str, fn: Callable, description: str, devices: Iterable[str] = ("cpu", "cuda")) -> None:
@@ -113,8 +108,8 @@ def _attention() -> None:
     _reference("attention-decode", attention.decode_paged, ref)
     _interpreter_rows(
         {
-            "attention-prefill": partial(attention.prefill_varlen, backend="triton"),
-            "attention-decode": partial(attention.decode_paged, backend="triton"),
+            "attention-prefill": partial(attention.prefill_varlen, backend="interpret"),
+            "attention-decode": partial(attention.decode_paged, backend="interpret"),
         },
         "the reference Triton attention kernels",
     )

@@ -15,11 +15,10 @@ row's quantization depends on the other rows; see
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from . import matmul_cpu
+from .device import resolve
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
@@ -57,13 +56,7 @@ def quantize_activation(x: torch.Tensor, x_scale: torch.Tensor | None) -> tuple[
 
 
 def _use_triton(t: torch.Tensor, backend: str) -> bool:
-    if t.device.type == "cuda":
-        return True
-    if backend not in ("auto", "cpu", "interpret", "triton"):
-        raise ValueError(f"unknown backend {backend!r}")
-    if backend in ("interpret", "triton"):
-        return True
-    return backend == "auto" and os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return resolve(t, backend, torch_on_cuda=False) != "torch"
 
 
 def fp8_mm(

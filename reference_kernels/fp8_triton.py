@@ -14,8 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
+from .device import cdiv, sm_count
 from .interpreter_dot import install as _install_interpreter_dot
-from .matmul_triton import SMALL_M, TileConfig, _cdiv, _sm_count
+from .matmul_triton import SMALL_M, TileConfig
 
 _install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
 
@@ -30,9 +31,9 @@ def pick_config(m: int, n: int, device: torch.device, interpret: bool) -> TileCo
         return _INTERPRET
     if m > SMALL_M:
         return _LARGE
-    target = 2 * _sm_count(device)
+    target = 2 * sm_count(device)
     block_n = 128
-    while block_n > 16 and _cdiv(n, block_n) < target:
+    while block_n > 16 and cdiv(n, block_n) < target:
         block_n //= 2
     return TileConfig(64, block_n, _BLOCK_K, 1, 4, 5)
 
@@ -127,7 +128,7 @@ def fp8_mm_triton(
     if stride_as and xs.numel() != m:
         raise ValueError(f"x_scale must have 1 or M={m} elements, got {xs.numel()}")
     ws = w_scale.to(torch.float32).reshape(-1)[:1].contiguous()
-    grid = (_cdiv(m, cfg.block_m) * _cdiv(n, cfg.block_n),)
+    grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),)
     kwargs = {} if interpret else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     kernel[grid](
         xq,

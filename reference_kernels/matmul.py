@@ -2,9 +2,9 @@
 
 On CUDA they run the Triton kernel of ``matmul_triton`` (fixed tiles, no
 split-K). On CPU they run the tiled BLAS path of ``matmul_cpu`` (fast enough
-for the bundled engine), or, with ``backend="interpret"`` or
-``TRITON_INTERPRET=1``, the same Triton kernel under Triton's interpreter
-(slow: tiny shapes in tests only). Signatures follow aten so the mode switch
+for the bundled engine), or, with ``backend="interpret"``, the same Triton
+kernel under Triton's interpreter (slow: tiny shapes in tests only). The
+``backend`` words are the same in every family (``device.resolve``). Signatures follow aten so the mode switch
 can route ``aten::mm`` / ``addmm`` / ``bmm`` here unchanged.
 
 ``catalogue`` registers the stock, reference and mutant implementations of
@@ -13,26 +13,15 @@ the ``matmul`` and ``fp8-gemm`` families.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 
 from . import matmul_cpu
-
-BACKENDS = ("auto", "triton", "cpu", "interpret")
+from .device import resolve
 
 
 def _use_triton(t: torch.Tensor, backend: str) -> bool:
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if t.device.type == "cuda":
-        if backend == "cpu":
-            raise ValueError("backend='cpu' needs CPU tensors")
-        return True
-    if backend in ("triton", "interpret"):
-        return True
-    return backend == "auto" and os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return resolve(t, backend, torch_on_cuda=False) != "torch"
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:

@@ -52,6 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .device import cdiv, sm_count
 from .interpreter_dot import install as _install_interpreter_dot
 
 _install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
@@ -91,15 +92,6 @@ _INTERPRET = {
 DTYPES = tuple(_LARGE)
 
 
-def _cdiv(a: int, b: int) -> int:
-    """Integer ceiling division (``triton.cdiv`` is a JIT-wrapped helper, ~8 us per host call)."""
-    return -(-a // b)
-
-
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _hopper(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] == 9
 
@@ -112,7 +104,7 @@ def pick_config(
         raise TypeError(f"reference matmul supports {', '.join(map(str, DTYPES))}, got {dtype}")
     if interpret:
         return _INTERPRET[dtype]
-    sms = _sm_count(device)
+    sms = sm_count(device)
     if m > SMALL_M:
         if dtype == torch.float32 or not _hopper(device):
             return _LARGE[dtype]
@@ -120,13 +112,13 @@ def pick_config(
         # _mm_tma_kernel); 128x128 persistent while 128x256 tiles would not fill
         # two waves of the SMs (prefill-sized M), 128x256 above. Chosen by
         # ``bench_gemm.py --sweep-large`` on the H200.
-        if _cdiv(m, 128) * _cdiv(n, 256) >= 2 * sms:
+        if cdiv(m, 128) * cdiv(n, 256) >= 2 * sms:
             return _HOPPER_LARGE
         return _HOPPER_MEDIUM
     if dtype == torch.float32 or not _hopper(device):
         # Decode class with the large class's BLOCK_K: spread N over >= 2 programs per SM.
         block_n = 128
-        while block_n > 16 and _cdiv(n, block_n) < 2 * sms:
+        while block_n > 16 and cdiv(n, block_n) < 2 * sms:
             block_n //= 2
         stages = 4 if dtype == torch.float32 else 5
         return TileConfig(64, block_n, _SMALL_BLOCK_K[dtype], 1, 4, stages)
@@ -135,9 +127,9 @@ def pick_config(
     # accumulator, in the same K order: measured bit-identical to the large class
     # on the H200 (bench_gemm.py --sweep-decode) and checked by the suites at 64 vs 65.
     block_n = 64
-    while block_n > 16 and _cdiv(n, block_n) < sms // 2:
+    while block_n > 16 and cdiv(n, block_n) < sms // 2:
         block_n //= 2
-    if _cdiv(n, block_n) >= 2 * sms:
+    if cdiv(n, block_n) >= 2 * sms:
         return TileConfig(64, block_n, 64, 1, 4, 6)  # many programs already: shallow tiles, deep pipeline
     if block_n == 64:
         return TileConfig(64, 64, 128, 1, 4, 6)
@@ -354,7 +346,7 @@ def _launch_tma(kernel, a2, b2, c2, bias2, bstrides, kmajor: bool, tiles: int, c
     else:
         b_desc = TensorDescriptor.from_tensor(b2, [cfg.block_k, cfg.block_n])
     # Persistent: one program per SM (two under the interpreter, so tests walk the loop).
-    progs = min(tiles, _sm_count(a2.device) if a2.is_cuda else 2) if cfg.persistent else tiles
+    progs = min(tiles, sm_count(a2.device) if a2.is_cuda else 2) if cfg.persistent else tiles
     m, n = c2.shape
     kernel[(progs,)](
         a_desc,
@@ -415,7 +407,7 @@ def bmm_triton(
         bstrides = bias_v.stride()
     else:
         bias_v, bstrides = c, (0, 0, 0)
-    tiles = _cdiv(m, cfg.block_m) * _cdiv(n, cfg.block_n)
+    tiles = cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
     kwargs = {} if interpret else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     # The interpreter keeps bf16 as raw uint16 and its dot would multiply the bits:
     # widen first (bf16 products are exact in fp32, as in the tensor core).

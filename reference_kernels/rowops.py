@@ -23,19 +23,11 @@ from __future__ import annotations
 
 import torch
 
-BACKENDS = ("triton", "interpret", "torch")
+from .device import resolve
 
 
 def _backend(x: torch.Tensor, backend: str | None) -> str:
-    if backend is None:
-        return "triton" if x.is_cuda else "torch"
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if backend == "triton" and not x.is_cuda:
-        raise ValueError("backend 'triton' needs a CUDA tensor; use 'interpret' or 'torch' on CPU")
-    if backend == "interpret" and x.is_cuda:
-        raise ValueError("backend 'interpret' runs on CPU tensors only")
-    return backend
+    return resolve(x, backend)
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -35,10 +35,9 @@ Registry families (registered by ``catalogue``):
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from ..device import resolve
 from .cache import slot_mapping_for, slots_for, write_kv
 from .torch_ref import decode_paged_torch, prefill_paged_torch, prefill_varlen_torch
 
@@ -56,15 +55,7 @@ __all__ = [
 
 
 def _use_triton(t: torch.Tensor, backend: str) -> bool:
-    if backend == "torch":
-        return False
-    if backend == "triton":
-        if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-            raise RuntimeError("backend='triton' on CPU tensors needs TRITON_INTERPRET=1")
-        return True
-    if backend != "auto":
-        raise ValueError(f"backend={backend!r}; expected auto, torch or triton")
-    return t.is_cuda
+    return resolve(t, backend) != "torch"
 
 
 def prefill_varlen(

@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..device import cdiv
 from ..interpreter_dot import install as _install_interpreter_dot
-from ..matmul_triton import _cdiv
 from .experts_torch import check_shapes, combine, quantize_rows
 
 _install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
@@ -47,7 +47,7 @@ def align(ids: torch.Tensor, n_experts: int, block_m: int = BLOCK_M) -> tuple[to
     """
     flat = ids.reshape(-1)
     n_pairs = flat.numel()
-    n_blocks = _cdiv(n_pairs, block_m) + n_experts
+    n_blocks = cdiv(n_pairs, block_m) + n_experts
     order = torch.sort(flat, stable=True).indices
     counts = torch.bincount(flat, minlength=n_experts)
     padded = (counts + block_m - 1) // block_m * block_m
@@ -189,7 +189,7 @@ def _run(
     act_dtype = torch.float32 if fp8 else x_in.dtype
     act = torch.empty((n_pairs, i), dtype=act_dtype, device=dev)
     dummy = torch.zeros(1, dtype=torch.float32, device=dev)
-    _gemm_swiglu_kernel[(n_blocks, _cdiv(i, BLOCK_N))](
+    _gemm_swiglu_kernel[(n_blocks, cdiv(i, BLOCK_N))](
         x_in, x_scale if fp8 else dummy, w_gate_up, s_gate_up.contiguous() if fp8 else dummy, act, pairs,
         block_expert, n_pairs, k, h, i,
         x_in.stride(0), w_gate_up.stride(0), w_gate_up.stride(1), s_gate_up.stride(0) if fp8 else 0, act.stride(0),
@@ -201,7 +201,7 @@ def _run(
     else:
         act_scale = dummy
     y = torch.empty((n_pairs, h), dtype=torch.float32, device=dev)
-    _gemm_kernel[(n_blocks, _cdiv(h, BLOCK_N))](
+    _gemm_kernel[(n_blocks, cdiv(h, BLOCK_N))](
         act, act_scale, w_down, s_down.contiguous() if fp8 else dummy, y, pairs, block_expert, n_pairs, i, h,
         act.stride(0), w_down.stride(0), w_down.stride(1), s_down.stride(0) if fp8 else 0, y.stride(0),
         FP8=fp8, UPCAST=_UPCAST, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES,

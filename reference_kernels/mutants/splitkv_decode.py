@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from ..attention import _use_triton
+from ..attention import _use_triton  # the family's own reading of device.resolve
 from ..attention.stock import gather_paged
 
 DEFAULT_SMS = 132  # H100/H200 SXM
