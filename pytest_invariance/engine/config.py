@@ -161,7 +161,8 @@ def demo_model() -> ModelConfig:
     split-K, split-KV) move a row's bf16 bits by about one ULP here and there. That changes a
     greedy token only where the top two logits are about one ULP apart. Random LM-head rows give
     logits near zero with margins of many ULPs, so such changes almost never showed: measured on a
-    2-core AMD EPYC (AVX-512 BF16, where stock bf16 ``F.linear`` is batch-invariant), 8 prompts x
+    2-core AMD EPYC (AVX-512 BF16; stock bf16 ``F.linear`` is batch-invariant there at K = 1024
+    and 2816, this model's shapes), 8 prompts x
     batch {2, 4, 8, 16} vs alone, greedy: without it 4 of 8 prompts forked within 32 tokens (6 of 32
     pairs); with it 8 of 8 within 48 (30 of 32 pairs, median token 13). Small enough that 16
     requests x 48 tokens run in seconds on 2 cores.
