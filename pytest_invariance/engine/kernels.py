@@ -2,7 +2,8 @@
 
 Default mode is what a throughput-minded engine does, and its batch dependence is *designed*, not
 inherited from the host's BLAS (stock bf16 ``F.linear`` is batch-invariant on some x86 CPUs and not
-on others). Two mechanisms that real engines use make a row's arithmetic follow the batch on any host:
+on others). Three mechanisms that real engines use make a row's arithmetic follow its batch or its cache
+state on any host:
 
 - ``gemm_strategy="m-bucket"``: a GEMM strategy chosen by the step's token count M, as cuBLAS
   heuristics and CUTLASS M-bucket dispatch choose one: split-K with fp32 partials for
