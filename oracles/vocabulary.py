@@ -38,7 +38,7 @@ VERDICTS = (INVARIANT, DIVERGENT, VACUOUS, INCOMPLETE, UNSUPPORTED)
 QUANTIZATION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
 
 ENGINES = ("bundled", "vllm", "sglang", "openai")  # adapter flavours of a live target
-PROFILES = ("quick", "full")  # sweep sizes
+PROFILES = ("quick", "full", "exhaustive")  # sweep sizes (oracles.sweeps.batch_sweep)
 
 
 def quantization_of(dtype: object) -> str:

@@ -48,7 +48,7 @@ class Invariance:
     def batch_sizes(self, limit: int | None = None) -> list[int]:
         from pytest_invariance.oracles.sweeps import batch_sweep
 
-        return batch_sweep(self.profile, limit)
+        return batch_sweep(self.profile, limit if limit is not None else self.settings.limit)
 
     # -- oracles over row callables -------------------------------------------------
     def batch(self, fn: Callable, inputs: Any, **kw: Any) -> dict:

@@ -54,7 +54,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--invariance-trials", dest="invariance_trials", metavar="N", type=_positive_int,
                     default=None, help="trials per check, fresh inputs each (default 3)")
     group.addoption("--invariance-profile", dest="invariance_profile", choices=PROFILES, default=None,
-                    help="sweep size: quick (CI) or full (switch points up to 2048 rows)")
+                    help="sweep size: quick (switch points and vLLM/SGLang capture ladders +-1 to 65 rows), "
+                    "full (every size to 512, then powers of two +-1 to 8192) or exhaustive (1..limit)")
+    group.addoption("--invariance-limit", dest="invariance_limit", metavar="N", type=_positive_int, default=None,
+                    help="largest batch swept: caps the profile or extends it by the same rule "
+                    "(exhaustive: 1..N, default 512); a suite's own cap for a large shape still applies")
     group.addoption("--invariance-dispatch", dest="invariance_dispatch", choices=("list", "independent"),
                     default=None, help="how e2e sweeps send a batch: list (one request carrying every prompt, "
                     "the default) or independent (one connection per request, staggered arrivals)")
@@ -68,6 +72,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("invariance_report", "default --invariance-report", default=None)
     parser.addini("invariance_trials", "default --invariance-trials", default=None)
     parser.addini("invariance_profile", "default --invariance-profile", default=None)
+    parser.addini("invariance_limit", "default --invariance-limit", default=None)
     parser.addini("invariance_expect", "default --invariance-expect", default=None)
     parser.addini("invariance_dispatch", "default --invariance-dispatch (list or independent)", default=None)
 
@@ -98,12 +103,18 @@ class InvarianceSession:
         run_id = workerinput.get("invariance_run_id") if workerinput else None
         profile = option(config, "invariance_profile") or "quick"
         if profile not in PROFILES:
-            raise pytest.UsageError(f"invariance_profile: unknown profile {profile!r} (choose from quick, full)")
+            raise pytest.UsageError(f"invariance_profile: unknown profile {profile!r} (choose from {', '.join(PROFILES)})")
         trials = option(config, "invariance_trials") or 3
         try:
             trials = _positive_int(str(trials))
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"invariance_trials: {exc}") from None
+        limit = option(config, "invariance_limit")
+        if limit is not None:
+            try:
+                limit = _positive_int(str(limit))
+            except argparse.ArgumentTypeError as exc:
+                raise pytest.UsageError(f"invariance_limit: {exc}") from None
         engine = option(config, "invariance_engine")
         if engine is not None and engine not in ENGINES:
             raise pytest.UsageError(f"invariance_engine: unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
@@ -112,6 +123,7 @@ class InvarianceSession:
             profile=profile,
             trials=trials,
             seed=config.getoption("invariance_seed") or 0,
+            limit=limit,
         )
         self.records_path = option(config, "invariance_records")
         self.report_dir = option(config, "invariance_report")

@@ -14,3 +14,4 @@ class Settings:
     trials: int = 3
     seed: int = 0
     repeats: int = 5
+    limit: int | None = None  # --invariance-limit: largest batch swept when a check names none

@@ -102,17 +102,33 @@ def test_quick_sweep_visits_switch_points_and_neighbours() -> None:
     assert max(s) == 65
 
 
-def test_full_sweep_reaches_2048_and_its_neighbours() -> None:
-    s = batch_sweep("full")
-    for n in (127, 128, 129, 255, 256, 257, 2047, 2048, 2049):
+def test_quick_sweep_has_the_capture_ladders_of_vllm_and_sglang() -> None:
+    s = batch_sweep("quick")
+    for n in (5, 23, 24, 25, 39, 40, 41, 47, 48, 49, 55, 56, 57):  # 24, 40, 48, 56 are capture sizes
         assert n in s
-    assert s == sorted(set(s))
+
+
+def test_full_sweep_has_every_size_to_512_then_powers_of_two_to_8192() -> None:
+    s = batch_sweep("full")
+    assert s[:512] == list(range(1, 513))
+    for n in (6, 10, 11, 12, 13, 14, 40, 48, 96, 1023, 1024, 1025, 2047, 2048, 2049, 8191, 8192):
+        assert n in s
+    assert max(s) == 8192 and s == sorted(set(s))
+
+
+def test_limit_caps_and_extends_a_profile() -> None:
+    assert max(batch_sweep("full", limit=100)) == 100 and len(batch_sweep("full", limit=100)) == 100
+    extended = batch_sweep("quick", limit=300)
+    assert {127, 128, 129, 255, 256, 257, 104, 160, 168} <= set(extended) and max(extended) <= 300
+    assert batch_sweep("exhaustive", limit=40) == list(range(1, 41))
+    assert batch_sweep("exhaustive") == list(range(1, 513))
 
 
 def test_sweep_limit_and_unknown_profile() -> None:
-    assert max(batch_sweep("full", limit=100)) <= 100
     with pytest.raises(ValueError, match="unknown profile"):
         batch_sweep("medium")
+    with pytest.raises(ValueError, match="limit"):
+        batch_sweep("quick", limit=0)
 
 
 @pytest.mark.parametrize(
