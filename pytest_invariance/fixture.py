@@ -67,6 +67,55 @@ class Invariance:
         """``chunking`` oracle: ``run(None)`` whole vs ``run(c)`` chunked (``run`` may take ``seed=``)."""
         return self.check(run, None, oracle="chunking", chunk_sizes=chunk_sizes, **kw)
 
+    def precision(
+        self,
+        fn: Callable,
+        *,
+        implementation: str,
+        declared: str = "fp32-ieee",
+        family: str = "matmul",
+        ms: tuple[int, ...] = (16, 64, 1024),
+        n: int = 64,
+        k: int = 512,
+        control: Callable | None = None,
+        control_name: str | None = None,
+        expect: str = "invariant",
+        extra: dict | None = None,
+    ) -> dict:
+        """``precision`` oracle: which arithmetic ``fn(x[M, K], w[N, K]) -> fp32`` really uses, at
+        several M, against the ``declared`` quantization (``fp32-ieee``, ``fp32-tf32``, ...).
+
+        ``divergent`` when the measured class is not the declared one. The control (default: a
+        TF32 emulation, inputs rounded to 10 mantissa bits) must be measured as other than the
+        declared arithmetic, else the check could not tell and the result is ``vacuous``."""
+        __tracebackhide__ = True
+        from pytest_invariance.reference_kernels import precision as P
+
+        def measure(f: Callable) -> Observation:
+            try:
+                res = P.classify_fp32_matmul_sizes(f, self.device, ms=ms, n=n, k=k, seed=self.seed)
+            except Exception as exc:  # noqa: BLE001 - a kernel crash is evidence, recorded as incomplete
+                return Observation(None, {}, error=f"{type(exc).__name__}: {exc}")
+            ev = {**res.to_dict(), "declared": declared, "measured": res.quantization}
+            text = (f"precision: measured {res.quantization} (scaled error {res.scaled_error:.2e}; by M "
+                    f"{ {m: P.QUANTIZATION[c] for m, c in res.by_m.items()} }), declared {declared}")  # fmt: skip
+            return Observation(res.quantization != declared, ev, text)
+
+        if control is None:
+            import torch.nn.functional as F
+
+            def tf32_emulation(x: Any, w: Any) -> Any:
+                return F.linear(P.round_mantissa(x, 10), P.round_mantissa(w, 10))
+
+            control, control_name = tf32_emulation, control_name or "tf32-emulation"
+        ctl = Control(control_name or getattr(control, "__name__", "control"), measure(control))
+        return judge(
+            self, measure(fn), ctl, expect=expect, family=family, implementation=implementation,
+            oracle="precision", quantization=declared, dtype="float32", shape={"M": list(ms), "N": n, "K": k},
+            contract=f"bounds {', '.join(f'{c}<={b:.2e}' for c, b in P.BOUNDS.items())}",
+            seed=self.seed, trials=1, profile=self.profile, extra=extra,
+        )  # fmt: skip
+
     def check(
         self,
         fn: Callable,

@@ -74,7 +74,7 @@ def _rows(rows: int, k: int, seed: int, dtype_name: str, device: str):
 @lru_cache(maxsize=16)
 def _precision(device: str, name: str) -> dict:
     """The arithmetic an implementation uses for fp32 (cached per device and implementation)."""
-    from pytest_invariance.reference_kernels.precision import classify_fp32_matmul
+    from pytest_invariance.reference_kernels.precision import classify_fp32_matmul, classify_fp32_matmul_sizes
     from pytest_invariance.reference_kernels.registry import kernels
 
     kernel = next(k for k in kernels("matmul", device) if k.name == name)
@@ -82,7 +82,7 @@ def _precision(device: str, name: str) -> dict:
     res = (
         classify_fp32_matmul(kernel.fn, device, m=16, n=16, k=64)
         if small
-        else classify_fp32_matmul(kernel.fn, device)
+        else classify_fp32_matmul_sizes(kernel.fn, device)  # several M: a switch with size is caught
     )
     return {**res.to_dict(), "quantization": res.quantization, "tf32": res.is_tf32}
 
