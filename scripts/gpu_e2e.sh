@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
-# End-to-end on the GPU: the bundled engine on CUDA in invariant and default
-# mode, the e2e suites against both (invariant as target, default as control).
+# End-to-end on the GPU: the bundled engine on CUDA in invariant and default mode, the e2e suites
+# against both (invariant as target, default as control; started one after the other, since each
+# sizes its KV cache from the free memory); then, after that pair is stopped, the
+# cache suite against a pair started with --prefix-cache (the other sweeps need it off, and two
+# Llama-3-8B-sized pairs with their KV caches do not fit one GPU at once).
 set -u
 WORK=$1
-python3 -m pytest_invariance.engine.server --device cuda --preset "${PRESET:-demo}" --batch-invariant --port 8001 >"$WORK/engine-invariant.log" 2>&1 &
-INV=$!
-python3 -m pytest_invariance.engine.server --device cuda --preset "${PRESET:-demo}" --port 8002 >"$WORK/engine-default.log" 2>&1 &
-DEF=$!
-trap 'kill $INV $DEF 2>/dev/null' EXIT
-for spec in "8001 $INV invariant" "8002 $DEF default"; do
-  set -- $spec
-  for _ in $(seq 1 60); do
-    kill -0 "$2" 2>/dev/null || { echo "engine ($3) exited:"; tail -5 "$WORK/engine-$3.log"; exit 1; }
-    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=2)" 2>/dev/null && break
+P=${PRESET:-demo}
+PYT=(python3 -m pytest suites/e2e -q -p no:cacheprovider -rfE --invariance-profile "${E2E_PROFILE:-quick}"
+     --invariance-engine bundled --invariance-records "$WORK/records.jsonl")
+healthy() {  # port pid: wait for /health (the next engine sizes its KV cache from what is left)
+  for _ in $(seq 1 150); do
+    kill -0 "$2" 2>/dev/null || return 1
+    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=2)" \
+      2>/dev/null && return 0
     sleep 2
   done
-done
-python3 -m pytest suites/e2e -q -p no:cacheprovider -rfE --invariance-profile "${E2E_PROFILE:-quick}" \
-  --invariance-url http://127.0.0.1:8001 --invariance-url-control http://127.0.0.1:8002 \
-  --invariance-engine bundled --invariance-records "$WORK/records.jsonl" ${E2E_K:+-k "$E2E_K"}
+  return 1
+}
+pair() {  # name select extra-args...: start both modes one after the other, run the suites, stop them
+  local name=$1 select=$2; shift 2
+  python3 -m pytest_invariance.engine.server --device cuda --preset "$P" --port 8001 --batch-invariant "$@" \
+    >"$WORK/engine-$name-invariant.log" 2>&1 &
+  local inv=$!
+  healthy 8001 $inv || { echo "engine $name-invariant did not start:"; tail -3 "$WORK/engine-$name-invariant.log"; }
+  python3 -m pytest_invariance.engine.server --device cuda --preset "$P" --port 8002 "$@" \
+    >"$WORK/engine-$name-default.log" 2>&1 &
+  local def=$!
+  healthy 8002 $def || { echo "engine $name-default did not start:"; tail -3 "$WORK/engine-$name-default.log"; }
+  "${PYT[@]}" --invariance-url http://127.0.0.1:8001 --invariance-url-control http://127.0.0.1:8002 -k "$select"
+  local rc=$?
+  kill $inv $def 2>/dev/null
+  wait $inv $def 2>/dev/null
+  return $rc
+}
+pair main "not cache${E2E_K:+ and ($E2E_K)}"
+rc=$?
+pair cache "cache" --prefix-cache
+rc2=$?
+exit $(( rc > rc2 ? rc : rc2 ))
