@@ -33,3 +33,21 @@ def failure_summary(failures: int, trials: int) -> dict:
         "rate": (failures / trials) if trials else None,
         "wilson95": [round(lo, 6), round(hi, 6)],
     }
+
+
+def weakest_pass(records: list) -> tuple[int, int, float] | None:
+    """(trials, failures, 95% Wilson upper bound) of the weakest ``invariant`` record, or None.
+
+    The weakest is the one whose failure rate is bounded least tightly; a record's trials come
+    from its evidence, else from the record itself (e2e checks run one)."""
+    best: tuple[float, int, int] | None = None
+    for r in records:
+        if r.get("verdict") != "invariant":
+            continue
+        ev = r.get("evidence") if isinstance(r.get("evidence"), dict) else {}
+        trials = int(ev.get("trials") or r.get("trials") or 1)
+        failures = int(ev.get("failures") or 0)
+        hi = wilson_interval(failures, trials)[1]
+        if best is None or (hi, trials, failures) > best:
+            best = (hi, trials, failures)
+    return None if best is None else (best[1], best[2], best[0])

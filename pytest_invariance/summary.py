@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from pytest_invariance.oracles.stats import wilson_interval
-from pytest_invariance.oracles.verdict import INVARIANT, SEVERITY, VERDICTS, vacuous_by_construction
+from pytest_invariance.oracles.stats import weakest_pass
+from pytest_invariance.oracles.verdict import SEVERITY, VERDICTS, vacuous_by_construction
 
 WEAK_TRIALS = 3  # fewer clean trials than this, or
 WEAK_UPPER = 0.5  # a 95% upper bound on the failure rate above this, and a pass is flagged weak
@@ -40,17 +40,10 @@ def _worst_evidence(recs: list[dict]) -> str:
 def pass_power(recs: list[dict]) -> str:
     """The weakest ``invariant`` of a group: its clean trials and the Wilson upper bound of its
     failure rate; flagged WEAK with fewer than 3 trials or a bound above 0.5 (empty: no pass)."""
-    passes = [r for r in recs if r.get("verdict") == INVARIANT]
-    if not passes:
+    weakest = weakest_pass(recs)
+    if weakest is None:
         return ""
-
-    def power(r: dict) -> tuple[float, int, int]:
-        ev = r.get("evidence") or {}
-        trials = int(ev.get("trials") or r.get("trials") or 1)
-        failures = int(ev.get("failures") or 0)
-        return wilson_interval(failures, trials)[1], trials, failures
-
-    hi, trials, failures = max(power(r) for r in passes)
+    trials, failures, hi = weakest
     text = f"weakest pass: {trials - failures}/{trials} trials clean, failure rate < {hi:.2f} at 95%"
     if trials < WEAK_TRIALS or hi > WEAK_UPPER:
         why = f"fewer than {WEAK_TRIALS} trials" if trials < WEAK_TRIALS else f"bound above {WEAK_UPPER}"

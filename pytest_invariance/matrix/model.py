@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..oracles.stats import weakest_pass
 from ..oracles.verdict import (
     DIVERGENT,
     INCOMPLETE,
@@ -277,6 +278,11 @@ def build_cells(records: Iterable[Mapping[str, Any]]) -> list[dict]:
             else {"name": control.get("name"), "diverged": control.get("diverged")},
             cost=cost_summary(recs),
         )
+        power = weakest_pass(recs) if verdict == INVARIANT else None
+        if power is not None:  # the weakest evidence behind a pass: its trials and failure-rate bound
+            trials, failures, hi = power
+            cell["weakest_pass"] = {"trials": trials, "failures": failures, "wilson95_upper": round(hi, 4)}
+            cell["evidence_parts"].append(f"weakest {trials - failures}/{trials} clean, rate < {hi:.2f}")
         if trivial and recs is not all_recs:
             reasons = sorted({vacuous_by_construction(r) for r in trivial})
             cell["vacuous_by_construction"] = {"configs": len(trivial), "reasons": reasons}

@@ -18,11 +18,8 @@ from .model import (
 def _json_cells(cells: list[dict]) -> list[dict]:
     keep = (*CELL_KEYS, "verdict", "evidence", "contracts", "cost", "records", "verdict_counts",
             "first", "max_ulp", "failures", "trials", "equivalence_classes", "nodeid", "control")  # fmt: skip
-    return [
-        {**{k: c[k] for k in keep}, **({"vacuous_by_construction": c["vacuous_by_construction"]}
-                                       if "vacuous_by_construction" in c else {})}
-        for c in cells
-    ]  # fmt: skip
+    optional = ("vacuous_by_construction", "weakest_pass")
+    return [{**{k: c[k] for k in keep}, **{k: c[k] for k in optional if k in c}} for c in cells]
 
 
 def render_json(m: Matrix) -> str:

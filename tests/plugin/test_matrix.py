@@ -51,7 +51,8 @@ def test_cells_carry_verdict_and_evidence() -> None:
     bs = _cell(cells, oracle="batch-size", **h200)
     assert bs["verdict"] == "divergent"
     assert bs["evidence"] == "batch-size: divergent (first N=16, max ULP 3, max abs 1e-06, 4/5 trials)"
-    assert _cell(cells, oracle="run-to-run", **h200)["evidence"] == "run-to-run: invariant"
+    # a pass carries the weakest evidence behind it: its clean trials and the 95% bound on its rate
+    assert _cell(cells, oracle="run-to-run", **h200)["evidence"] == "run-to-run: invariant (weakest 5/5 clean, rate < 0.43)"
     cpu = _cell(cells, family="matmul", implementation="torch", hardware="AMD EPYC 9654")
     assert cpu["evidence"] == "batch-size: divergent (first N=8, max ULP 1, max abs 1e-06, 5/5 trials)"
     ref = _cell(cells, implementation="reference", oracle="batch-size")
@@ -114,7 +115,8 @@ def test_render_writes_four_files_with_cells(tmp_path: Path) -> None:
     cols = [c.strip() for c in ref.strip("|").split(" | ")]
     assert cols[3] == "–"  # reference was not run on the CPU column
     assert cols[4] == (
-        "**invariant**: batch-size: invariant · batch-position: invariant · cost: invariant, 0.93× stock"
+        "**invariant**: batch-size: invariant (weakest 5/5 clean, rate < 0.43) · batch-position: invariant (weakest 5/5 clean, rate < 0.43)"
+        " · cost: invariant, 0.93× stock"
     )
     assert "| engine | bundled [default] | bf16 |" in md
 
@@ -165,7 +167,7 @@ def test_divergence_series_counts_configs() -> None:
 def test_every_output_prints_a_non_default_contract(tmp_path: Path) -> None:
     paths = render_matrix([rec(contract="ulp<=2"), rec(oracle="run-to-run")], tmp_path)
     assert "Contract(s): **bitwise, ulp<=2**" in paths["md"].read_text()
-    assert "batch-size: invariant [ulp<=2]" in paths["md"].read_text()
+    assert "batch-size: invariant (weakest 5/5 clean, rate < 0.43) [ulp<=2]" in paths["md"].read_text()
     assert "<b>bitwise, ulp&lt;=2</b>" in paths["html"].read_text()
     assert json.loads(paths["json"].read_text())["contracts"] == ["bitwise", "ulp<=2"]
     assert sorted(pd.read_csv(paths["csv"])["contract"]) == ["bitwise", "ulp<=2"]
@@ -284,7 +286,7 @@ def test_vacuous_by_construction_is_named_not_the_headline(tmp_path: Path) -> No
     (cell,) = build_cells(recs)
     assert cell["verdict"] == "invariant" and cell["records"] == 2
     assert cell["evidence"] == (
-        "batch-size: invariant (1 more config vacuous by construction [one key: the output is v exactly],"
+        "batch-size: invariant (weakest 5/5 clean, rate < 0.43, 1 more config vacuous by construction [one key: the output is v exactly],"
         " 2/2 configs invariant)"
     )
     out = json.loads(render_matrix(recs, tmp_path)["json"].read_text())
