@@ -131,3 +131,18 @@ def test_classes_honour_a_declared_ulp_contract() -> None:
     assert strict.classes == [[1], [2, 8, 17]] and strict.diverged
     loose = batch_size_oracle(one_ulp_off_in_batches, rows, [1, 2, 8, 17], contract="ulp<=2")
     assert loose.classes == [[1, 2, 8, 17]] and loose.diverged is False
+
+
+def test_invariant_code_is_never_divergent_over_20_seeds() -> None:
+    """No false alarm: a row-wise kernel through the all-rows batch oracle, the position oracle
+    and the run-to-run pre-check on 20 fresh pools."""
+    from pytest_invariance.oracles.batch import nondeterminism_precheck
+    from pytest_invariance.oracles.sweeps import batch_sweep
+
+    sizes = batch_sweep("quick", 33)
+    for seed in range(20):
+        rows = rows_pool(33, (128,), seed)
+        res = batch_size_oracle(rowwise, rows, sizes)
+        assert not nondeterminism_precheck(rowwise, rows, 33, result=res)
+        assert res.diverged is False, (seed, res.describe())
+        assert batch_position_oracle(rowwise, rows, [3, 9, 17, 33]).diverged is False
