@@ -130,18 +130,20 @@ class OracleResult:
         )
 
 
-def _rows_out(f: Fn, batch: torch.Tensor) -> torch.Tensor:
+def _rows(f: Fn, batch: torch.Tensor) -> torch.Tensor:
     out = f(batch)
     if out.shape[0] != batch.shape[0]:
         raise ValueError(f"f returned {out.shape[0]} rows for a batch of {batch.shape[0]}")
-    return out.detach().clone()  # kept across calls: a kernel may reuse its output buffer
+    return out
+
+
+def _rows_out(f: Fn, batch: torch.Tensor) -> torch.Tensor:
+    """``f(batch)`` copied: kept across calls, and a kernel may reuse its output buffer."""
+    return _rows(f, batch).detach().clone()
 
 
 def _probe_out(f: Fn, batch: torch.Tensor, index: int) -> torch.Tensor:
-    out = f(batch)
-    if out.shape[0] != batch.shape[0]:
-        raise ValueError(f"f returned {out.shape[0]} rows for a batch of {batch.shape[0]}")
-    return out[index]
+    return _rows(f, batch)[index]
 
 
 def batch_size_oracle(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any
 
 from .device import interpreting
 from .registry import register
@@ -164,14 +163,3 @@ def register_builtin(*groups: str) -> None:
 def is_fp8_experts(name: str) -> bool:
     """Whether a ``moe-experts`` implementation takes the FP8 signature (its name says ``fp8``)."""
     return "fp8" in name
-
-
-def describe() -> list[dict[str, Any]]:
-    """Every registered built-in as plain data (family, name, role, devices), for docs and tests."""
-    from .registry import _REGISTRY
-
-    register_builtin()
-    return [
-        {"family": k.family, "name": k.name, "role": k.role, "devices": list(k.devices)}
-        for k in sorted(_REGISTRY.values(), key=lambda k: (k.family, k.name))
-    ]

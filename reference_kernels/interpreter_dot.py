@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 _INSTALLED = False
-LABEL = "Triton interpreter with element-wise tl.dot (float64 products, k order; not numpy's BLAS)"
 
 
 def _as_float64(handle: Any, np: Any, tl: Any) -> Any:

@@ -175,8 +175,9 @@ def cascade_attention(
 
     What prefix-cache and chunked-prefill kernels do (vLLM's context attention, cascade attention):
     the cached prefix and the new tokens are two partial softmaxes, each output rounded to the
-    model dtype, combined by their fp32 log-sum-exp. The same request computed cold runs one softmax over everything, so a warm
-    hit or a chunk boundary changes the rounding of the new tokens' attention."""
+    model dtype, combined by their fp32 log-sum-exp. The same request computed cold runs one
+    softmax over everything, so a warm hit or a chunk boundary changes the rounding of the new
+    tokens' attention."""
     n = q.shape[1]
     o1, l1 = _partial_attention(q, k[:, :prefix], v[:, :prefix], scale, None)
     causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()

@@ -34,18 +34,13 @@ from ..oracles.verdict import (
     vacuous_by_construction,
     worst,
 )
+from ..oracles.vocabulary import FAMILIES, ORACLES
 from ..records import SCHEMA, record_key
 
 MATRIX_SCHEMA = "pytest-invariance.matrix/1"
 
-FAMILY_ORDER = (
-    "matmul", "rmsnorm", "softmax", "attention-prefill", "attention-decode", "fp8-gemm",
-    "moe-router", "moe-experts", "allreduce", "engine",
-)  # fmt: skip
-ORACLE_ORDER = (
-    "batch-size", "batch-position", "run-to-run", "chunking", "prefill-decode", "cache",
-    "unique-samples", "seeded-sampling", "precision", "perf",
-)  # fmt: skip
+FAMILY_ORDER = FAMILIES  # rows and oracle lines in the vocabulary's order
+ORACLE_ORDER = ORACLES
 VERDICT_COLOURS = {
     INVARIANT: "#c8e6c9",
     DIVERGENT: "#ffcdd2",
