@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .classes import contract_classes, equivalence_classes, format_classes
+from .classes import class_ranges, contract_classes, equivalence_classes
 from .compare import BITWISE, BitsKey, Comparison, Contract, compare, parse_contract
 from .stats import failure_summary
 from .sweeps import probe_positions
@@ -99,7 +99,7 @@ class OracleResult:
         if self.nondeterministic:
             ev["nondeterministic"] = "run-to-run: the largest batch gave other bits when repeated"
         elif self.classes is not None:
-            ev["equivalence_classes"] = format_classes(self.classes)
+            ev["equivalence_classes"] = class_ranges(self.classes)
         if self.error:
             ev["error"] = self.error
         return ev

@@ -6,6 +6,7 @@ or a CUDA-graph bucket ends.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Hashable, Mapping
 
 
@@ -31,23 +32,70 @@ def contract_classes(outputs: Mapping[int, object], same: Callable[[object, obje
     return classes
 
 
-def _ranges(keys: list[int], universe: list[int]) -> str:
-    """Compress keys into runs over the sorted universe of tested keys: 2..32 means every tested size in between."""
+ClassRanges = list[list[list[int]]]
+"""Equivalence classes as data: one list per class of ``[lo, hi]`` spans over the *tested* keys
+(``[lo, hi]`` means every tested key from lo to hi), e.g. ``[[[1, 1]], [[2, 32]]]``. Plain JSON, so
+records carry it as it is; :func:`format_ranges` writes the ``{1} {2..32}`` text only at the edge."""
+
+
+def class_ranges(classes: list[list[int]]) -> ClassRanges:
+    """Compress each class into runs over the sorted universe of tested keys."""
+    universe = sorted(k for c in classes for k in c)
     index = {k: i for i, k in enumerate(universe)}
-    parts: list[str] = []
-    run: list[int] = []
-    for k in keys:
-        if run and index[k] == index[run[-1]] + 1:
-            run.append(k)
-        else:
-            if run:
-                parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}..{run[-1]}")
-            run = [k]
-    if run:
-        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}..{run[-1]}")
-    return ",".join(parts)
+    out: ClassRanges = []
+    for members in classes:
+        spans: list[list[int]] = []
+        for k in sorted(members):
+            if spans and index[k] == index[spans[-1][1]] + 1:
+                spans[-1][1] = k
+            else:
+                spans.append([k, k])
+        out.append(spans)
+    return out
+
+
+def format_ranges(ranges: ClassRanges) -> str:
+    """``[[[1, 1]], [[2, 4], [32, 32]]]`` -> ``{1} {2..4,32}``."""
+    return " ".join(
+        "{" + ",".join(str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in spans) + "}" for spans in ranges
+    )
 
 
 def format_classes(classes: list[list[int]]) -> str:
-    universe = sorted(k for c in classes for k in c)
-    return " ".join("{" + _ranges(sorted(c), universe) + "}" for c in classes)
+    return format_ranges(class_ranges(classes))
+
+
+_CLASS_RE = re.compile(r"\{([^}]*)\}")
+
+
+def parse_ranges(text: str) -> ClassRanges:
+    """The text form back into data, for records written before classes travelled as data.
+
+    ``"{1} {2..32} {33,40..64}"`` -> ``[[[1, 1]], [[2, 32]], [[33, 33], [40, 64]]]``; unparseable parts
+    are dropped rather than guessed."""
+    out: ClassRanges = []
+    for body in _CLASS_RE.findall(text or ""):
+        spans: list[list[int]] = []
+        for part in body.split(","):
+            lo, sep, hi = part.strip().partition("..")
+            try:
+                spans.append([int(lo), int(hi)] if sep else [int(lo), int(lo)])
+            except ValueError:
+                continue
+        if spans:
+            out.append(spans)
+    return out
+
+
+def check_ranges(value: object) -> ClassRanges:
+    """``value`` as class ranges (text of an older record is parsed); ValueError when it is neither."""
+    if isinstance(value, str):
+        return parse_ranges(value)
+    if not isinstance(value, list):
+        raise ValueError(f"equivalence classes must be a list of spans, got {type(value).__name__}")
+    for spans in value:
+        if not isinstance(spans, list) or not all(
+            isinstance(s, list) and len(s) == 2 and all(type(v) is int for v in s) and s[0] <= s[1] for s in spans
+        ):
+            raise ValueError(f"equivalence class {spans!r} is not a list of [lo, hi] integer spans")
+    return value

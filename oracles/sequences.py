@@ -17,7 +17,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .classes import equivalence_classes, format_classes
+from .classes import ClassRanges, class_ranges, equivalence_classes
 
 TIE = "tie"
 NEAR_TIE = "near-tie"
@@ -109,7 +109,7 @@ class SequenceAnalysis:
     margin_class: str | None
     first_level: int | None  # smallest concurrency level whose output differs from the reference
     unique_by_level: dict[int, int] = field(default_factory=dict)
-    classes: str = ""
+    classes: ClassRanges = field(default_factory=list)  # levels grouped by identical completions
 
     @property
     def diverged(self) -> bool:
@@ -188,7 +188,7 @@ def analyze(
     by_level = {n: unique_completions(outputs[n])[0] for n in levels}
     # Equivalence classes of levels by the set of completions each level produced.
     signature: dict[int, Hashable] = {n: frozenset(tuple(s) for s in outputs[n]) for n in levels}
-    classes = format_classes(equivalence_classes(signature)) if levels else ""
+    classes = class_ranges(equivalence_classes(signature)) if levels else []
     return SequenceAnalysis(
         samples=len(flat),
         unique=unique,

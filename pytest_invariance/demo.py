@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from pytest_invariance.oracles.classes import format_ranges
+
 QUICK_SWEEPS = ("single", "needle", "mixed", "logprobs", "prefill_decode")
 # Default mode with one designed mechanism at a time (and neither): which one made it diverge.
 # (The single sweep's probe is short and never chunked, so cascade prefix attention is off in all.)
@@ -82,7 +84,7 @@ def _line(ev: dict) -> str:
         text += (f" by token ids, but {ev['bitwise_differing_samples']} differ in logprob bits"
                  f" (first at concurrency {d.get('concurrency')}, step {d.get('step')})")  # fmt: skip
     if ev.get("equivalence_classes"):
-        text += f"; concurrency classes {ev['equivalence_classes']}"
+        text += f"; concurrency classes {format_ranges(ev['equivalence_classes'])}"
     return text
 
 

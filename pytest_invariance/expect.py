@@ -17,6 +17,7 @@ from typing import Any
 
 from .matrix import build_cells, impl_label
 from .oracles.verdict import INVARIANT
+from .records import parse_record
 
 KEY_FIELDS = ("family", "implementation", "mode", "quantization", "hardware", "oracle")
 
@@ -81,7 +82,7 @@ def _as_cells(items: Iterable[Mapping[str, Any]]) -> list[dict]:
     """Records (hardware is an object) become cells; cells pass through."""
     items = [dict(i) for i in items]
     if items and all(isinstance(i.get("hardware"), Mapping) for i in items):
-        return build_cells(items)
+        return build_cells([parse_record(i) for i in items])
     return items
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_invariance.oracles import verdict as V
+from pytest_invariance.oracles.classes import format_ranges
 
 EXPECTS = ("invariant", "divergent", "measure")
 
@@ -132,7 +133,7 @@ def failure_message(rec: Mapping[str, Any], expect: str) -> str:
     if summary:
         lines.append(f"  {summary}")
     if ev.get("equivalence_classes"):
-        lines.append(f"  equivalence classes of batch sizes: {ev['equivalence_classes']}")
+        lines.append(f"  equivalence classes of batch sizes: {format_ranges(ev['equivalence_classes'])}")
     if ev.get("differing_batch_sizes"):
         lines.append(f"  differing batch sizes: {ev['differing_batch_sizes']}")
     ctl = rec.get("control")

@@ -9,9 +9,10 @@ dependencies are installed. Every function returns an ``<svg>`` string.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from html import escape
+
+from .oracles.classes import ClassRanges, format_ranges
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#bab0ac")
 RED = "#d62728"
@@ -144,34 +145,11 @@ def histogram(bars: Sequence[tuple[str, int]], title: str, xlabel: str, colour: 
     return _svg(width, top + plot_h + 44, body, title)
 
 
-_CLASS_RE = re.compile(r"\{([^}]*)\}")
-
-
-def parse_classes(text: str) -> list[list[tuple[int, int]]]:
-    """``"{1} {2..32} {33,40..64}"`` -> ``[[(1, 1)], [(2, 32)], [(33, 33), (40, 64)]]``.
-
-    ``a..b`` means every *tested* size from a to b, so it is drawn as a span.
-    Unparseable parts are dropped rather than guessed.
-    """
-    classes: list[list[tuple[int, int]]] = []
-    for body in _CLASS_RE.findall(text or ""):
-        spans: list[tuple[int, int]] = []
-        for part in body.split(","):
-            part = part.strip()
-            lo, sep, hi = part.partition("..")
-            try:
-                spans.append((int(lo), int(hi)) if sep else (int(lo), int(lo)))
-            except ValueError:
-                continue
-        if spans:
-            classes.append(spans)
-    return classes
-
-
-def class_bands(series: Sequence[tuple[str, str]], title: str) -> str:
+def class_bands(series: Sequence[tuple[str, ClassRanges]], title: str) -> str:
     """One row per series; batch sizes coloured by equivalence class (same colour = bit-identical
-    probe output), so kernel switch points and bucket edges show as colour changes."""
-    parsed = [(label, text, parse_classes(text)) for label, text in series]
+    probe output), so kernel switch points and bucket edges show as colour changes. ``[lo, hi]``
+    spans every *tested* size from lo to hi, so it is drawn as one bar."""
+    parsed = [(label, format_ranges(ranges), ranges) for label, ranges in series]
     ends = [v for _, _, cls in parsed for c in cls for span in c for v in span]
     axis = LogAxis(min(ends, default=1), max(ends, default=2), _LABEL_W, _PLOT_W)
     body: list[str] = []

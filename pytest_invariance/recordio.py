@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .oracles.verdict import VERDICTS
-from .records import REQUIRED, SCHEMA
+from .records import SCHEMA_MAJOR, SCHEMA_NAME, Record, RecordError, parse_record
 
-SCHEMA_NAME, _, _major = SCHEMA.rpartition("/")
-SCHEMA_MAJOR = int(_major.split(".")[0])
+__all__ = ["SCHEMA_MAJOR", "SCHEMA_NAME", "Problem", "RecordFileError", "append_records", "check_record",
+           "read_records"]  # fmt: skip
 
 
 class RecordFileError(Exception):
@@ -86,28 +85,10 @@ def _ends_with_newline(p: Path) -> bool:
 
 def check_record(obj: Any) -> str | None:
     """Why ``obj`` is not a readable record (``None`` when it is one)."""
-    if not isinstance(obj, dict):
-        return f"not a JSON object ({type(obj).__name__})"
-    schema = obj.get("schema")
-    if not isinstance(schema, str):
-        return "no schema field"
-    name, _, version = schema.rpartition("/")
-    major = version.split(".")[0]
-    if name != SCHEMA_NAME or not major.isdigit():
-        return f"unknown schema {schema!r} (expected {SCHEMA_NAME}/{SCHEMA_MAJOR})"
-    if int(major) != SCHEMA_MAJOR:
-        return f"unsupported schema version {schema!r} (this version reads {SCHEMA_NAME}/{SCHEMA_MAJOR})"
-    missing = [k for k in REQUIRED if k not in obj]
-    if missing:
-        return f"missing field(s) {', '.join(missing)}"
-    hw = obj["hardware"]
-    if not isinstance(hw, dict) or not isinstance(hw.get("name"), str) or not hw["name"]:
-        return "hardware has no name"
-    for key in ("family", "implementation", "oracle", "verdict"):
-        if not isinstance(obj[key], str) or not obj[key]:
-            return f"field {key!r} is not a non-empty string"
-    if obj["verdict"] not in VERDICTS:
-        return f"unknown verdict {obj['verdict']!r}"
+    try:
+        parse_record(obj)
+    except RecordError as e:
+        return str(e)
     return None
 
 
@@ -124,7 +105,7 @@ def _read_bytes(path: Path) -> bytes:
 
 def read_records(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
-) -> tuple[list[dict], list[Problem]]:
+) -> tuple[list[Record], list[Problem]]:
     """Read every record from ``paths`` in file and line order.
 
     Returns ``(records, problems)``: lines that are not valid JSON, not UTF-8,
@@ -134,7 +115,7 @@ def read_records(
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    records: list[dict] = []
+    records: list[Record] = []
     problems: list[Problem] = []
     for raw_path in paths:
         path = Path(raw_path)
@@ -153,9 +134,8 @@ def read_records(
             except json.JSONDecodeError as e:
                 problems.append(Problem(name, lineno, f"invalid JSON ({e.msg} at column {e.colno})"))
                 continue
-            why = check_record(obj)
-            if why is not None:
-                problems.append(Problem(name, lineno, why))
-                continue
-            records.append(obj)
+            try:
+                records.append(parse_record(obj))
+            except RecordError as e:
+                problems.append(Problem(name, lineno, str(e)))
     return records, problems

@@ -1,7 +1,10 @@
 """The record: one JSON object per (test, implementation, oracle, configuration).
 
 Schema-versioned so committed records stay readable as the tool evolves. A
-record is plain JSON data so it crosses pytest-xdist on the test report.
+record is plain JSON data so it crosses pytest-xdist on the test report; its
+shape is typed (:class:`Record`, :class:`Evidence`, :class:`Control`) and checked
+once, by :func:`parse_record`, when a record is made or read. Everything
+downstream (summary, matrix, plots) can then index it without guarding types.
 """
 
 from __future__ import annotations
@@ -9,16 +12,126 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import uuid
-from typing import Any
+from typing import Any, TypedDict
+
+from .oracles.classes import ClassRanges, check_ranges
 
 SCHEMA = "pytest-invariance.record/1"
-SCHEMA_MAJOR = "pytest-invariance.record/1"
+SCHEMA_NAME, _, _VERSION = SCHEMA.rpartition("/")
+SCHEMA_MAJOR = int(_VERSION.split(".")[0])
 
 REQUIRED = (
     "schema", "run_id", "time", "hardware", "software", "family", "implementation", "mode",
     "quantization", "dtype", "shape", "oracle", "contract", "verdict", "evidence", "control",
     "cost", "nodeid",
 )
+
+
+class Control(TypedDict, total=False):
+    """The positive control a verdict rests on: its name, whether it diverged, where it ran."""
+
+    name: str
+    diverged: bool | None
+    foreign: bool  # the control ran on another engine than the subject
+    evidence: dict[str, Any]
+
+
+class Evidence(TypedDict, total=False):
+    """What an oracle saw. Common fields are typed; an oracle may add its own (``points``, ...)."""
+
+    trials: int
+    failures: int
+    rate: float
+    first: dict[str, Any] | None  # where it first differed: batch_size, position, token_index, label
+    max_ulp: float | str  # "inf" where a NaN or inf was involved
+    max_abs: float
+    unique: int | list[int] | dict[str, int]
+    concurrency: int | list[int]
+    points: list[dict[str, Any]]
+    equivalence_classes: ClassRanges
+    differing_batch_sizes: list[int]
+    batch_sizes: list[int]
+    error: str
+    reason: str
+
+
+class Record(TypedDict):
+    """One verdict with its evidence, control, cost and where it was measured (``REQUIRED`` keys)."""
+
+    schema: str
+    run_id: str
+    time: str
+    hardware: dict[str, Any]
+    software: dict[str, Any]
+    family: str
+    implementation: str
+    mode: str | None
+    quantization: str | None
+    dtype: str | None
+    shape: Any
+    oracle: str
+    contract: str
+    verdict: str
+    evidence: Evidence
+    control: Control | None
+    cost: dict[str, Any] | None
+    nodeid: str
+    extra: dict[str, Any]
+
+
+class RecordError(ValueError):
+    """Why a JSON object is not a record this version can read (one line)."""
+
+
+def _object_or_none(obj: dict, key: str) -> None:
+    if obj.get(key) is not None and not isinstance(obj[key], dict):
+        raise RecordError(f"field {key!r} is not an object or null")
+
+
+def parse_record(obj: Any) -> Record:
+    """Check ``obj`` against the record schema once and return it typed (raises :class:`RecordError`).
+
+    Normalizes what older records wrote differently: a missing ``extra`` becomes ``{}``, and
+    equivalence classes written as text (``{1} {2..32}``) become ranges."""
+    from .oracles.verdict import VERDICTS
+
+    if not isinstance(obj, dict):
+        raise RecordError(f"not a JSON object ({type(obj).__name__})")
+    schema = obj.get("schema")
+    if not isinstance(schema, str):
+        raise RecordError("no schema field")
+    name, _, version = schema.rpartition("/")
+    major = version.split(".")[0]
+    if name != SCHEMA_NAME or not major.isdigit():
+        raise RecordError(f"unknown schema {schema!r} (expected {SCHEMA_NAME}/{SCHEMA_MAJOR})")
+    if int(major) != SCHEMA_MAJOR:
+        raise RecordError(f"unsupported schema version {schema!r} (this version reads {SCHEMA_NAME}/{SCHEMA_MAJOR})")
+    missing = [k for k in REQUIRED if k not in obj]
+    if missing:
+        raise RecordError(f"missing field(s) {', '.join(missing)}")
+    hw = obj["hardware"]
+    if not isinstance(hw, dict) or not isinstance(hw.get("name"), str) or not hw["name"]:
+        raise RecordError("hardware has no name")
+    for key in ("family", "implementation", "oracle", "verdict"):
+        if not isinstance(obj[key], str) or not obj[key]:
+            raise RecordError(f"field {key!r} is not a non-empty string")
+    if obj["verdict"] not in VERDICTS:
+        raise RecordError(f"unknown verdict {obj['verdict']!r}")
+    for key in ("evidence", "software"):
+        if not isinstance(obj[key], dict):
+            raise RecordError(f"field {key!r} is not an object")
+    for key in ("control", "cost", "extra"):
+        _object_or_none(obj, key)
+    ev = obj["evidence"]
+    _object_or_none(ev, "first")
+    if ev.get("equivalence_classes") is not None:
+        try:
+            ev["equivalence_classes"] = check_ranges(ev["equivalence_classes"])
+        except ValueError as e:
+            raise RecordError(f"evidence.equivalence_classes: {e}") from None
+    if obj.get("extra") is None:
+        obj["extra"] = {}
+    return obj  # type: ignore[return-value]
 
 
 def new_run_id() -> str:
@@ -77,7 +190,7 @@ def make_record(
     control: dict | None = None,
     cost: dict | None = None,
     **extra_fields: Any,
-) -> dict:
+) -> Record:
     """Assemble a complete record; unknown keyword fields go under ``extra`` unless top-level known."""
     from pytest_invariance.oracles.verdict import check_verdict
 
@@ -106,10 +219,10 @@ def make_record(
         **top,
         "extra": extra,
     }
-    return jsonable(rec)
+    return parse_record(jsonable(rec))
 
 
-def record_key(rec: dict) -> tuple:
+def record_key(rec: Record) -> tuple:
     """Identity of a record's configuration: the same key in a later run supersedes it."""
     import json
 

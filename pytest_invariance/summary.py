@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from pytest_invariance.oracles.classes import format_ranges
 from pytest_invariance.oracles.stats import weakest_pass
 from pytest_invariance.oracles.verdict import SEVERITY, VERDICTS, vacuous_by_construction
 
@@ -33,7 +34,7 @@ def _worst_evidence(recs: list[dict]) -> str:
     if ev.get("trials"):
         parts.append(f"{ev.get('failures', 0)}/{ev['trials']} trials")
     if ev.get("equivalence_classes"):
-        parts.append(f"classes {ev['equivalence_classes']}")
+        parts.append(f"classes {format_ranges(ev['equivalence_classes'])}")
     return ", ".join(parts)
 
 

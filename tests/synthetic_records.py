@@ -60,7 +60,7 @@ def divergent_evidence(first_n: int = 16, max_ulp: float = 3, failures: int = 4,
             "contract": "bitwise",
         },
         "differing_batch_sizes": [first_n, 2 * first_n, 4 * first_n],
-        "equivalence_classes": f"{{1..{first_n - 1}}} {{{first_n}..{4 * first_n}}}",
+        "equivalence_classes": [[[1, first_n - 1]], [[first_n, 4 * first_n]]],
     }
 
 
@@ -76,7 +76,7 @@ def invariant_evidence(trials: int = 5) -> dict:
         "max_abs": 0.0,
         "max_frac_diff": 0.0,
         "first": None,
-        "equivalence_classes": "{1..256}",
+        "equivalence_classes": [[[1, 256]]],
     }
 
 

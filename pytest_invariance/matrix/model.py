@@ -35,7 +35,7 @@ from ..oracles.verdict import (
     worst,
 )
 from ..oracles.vocabulary import FAMILIES, ORACLES
-from ..records import SCHEMA, record_key
+from ..records import SCHEMA, Record, record_key
 
 MATRIX_SCHEMA = "pytest-invariance.matrix/1"
 
@@ -64,7 +64,7 @@ def _rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
     return (order.index(value) if value in order else len(order), value)
 
 
-def _time_of(rec: Mapping[str, Any]) -> float:
+def _time_of(rec: Record) -> float:
     text = str(rec.get("time") or "")
     try:
         t = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -75,23 +75,22 @@ def _time_of(rec: Mapping[str, Any]) -> float:
     return t.timestamp()
 
 
-def latest_records(records: Iterable[Mapping[str, Any]]) -> list[dict]:
+def latest_records(records: Iterable[Record]) -> list[Record]:
     """One record per configuration (``records.record_key``): the one with the latest ``time``.
 
     Ties on time go to the later run id, then to the record read last.
     """
-    best: dict[tuple, tuple[tuple, dict]] = {}
+    best: dict[tuple, tuple[tuple, Record]] = {}
     for i, rec in enumerate(records):
         order = (_time_of(rec), str(rec.get("run_id") or ""), i)
-        key = record_key(dict(rec))
+        key = record_key(rec)
         if key not in best or order >= best[key][0]:
-            best[key] = (order, dict(rec))
+            best[key] = (order, rec)
     return [rec for _, rec in sorted(best.values(), key=lambda item: item[0])]
 
 
-def hardware_name(rec: Mapping[str, Any]) -> str:
-    hw = rec.get("hardware")
-    return str(hw.get("name")) if isinstance(hw, Mapping) and hw.get("name") else "unknown"
+def hardware_name(rec: Record) -> str:
+    return str(rec["hardware"]["name"])  # parse_record guarantees a non-empty name
 
 
 def impl_label(implementation: str, mode: str | None) -> str:
@@ -99,7 +98,7 @@ def impl_label(implementation: str, mode: str | None) -> str:
     return f"{implementation} [{mode}]" if mode else implementation
 
 
-def cell_key(rec: Mapping[str, Any]) -> tuple:
+def cell_key(rec: Record) -> tuple:
     return (
         rec.get("family") or "",
         rec.get("implementation") or "",
@@ -137,14 +136,13 @@ def _short_text(text: Any, limit: int = 90) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
-def evidence_parts(rec: Mapping[str, Any]) -> list[str]:
+def evidence_parts(rec: Record) -> list[str]:
     """The few facts a reader needs to judge one record's verdict."""
-    ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
-    extra = rec.get("extra") if isinstance(rec.get("extra"), Mapping) else {}
-    verdict = rec.get("verdict")
+    ev, extra, control = rec["evidence"], rec["extra"], rec["control"]
+    verdict = rec["verdict"]
     parts: list[str] = []
     if verdict == DIVERGENT:
-        first = ev.get("first") if isinstance(ev.get("first"), Mapping) else {}
+        first = ev.get("first") or {}
         if first.get("batch_size") is not None:
             parts.append(f"first N={first['batch_size']}")
         if first.get("position") is not None and rec.get("oracle") != "batch-size":
@@ -168,7 +166,6 @@ def evidence_parts(rec: Mapping[str, Any]) -> list[str]:
         if ev.get("unique") is not None and not isinstance(ev.get("unique"), (list, dict)):
             parts.append(f"{ev['unique']} unique")
     elif verdict == VACUOUS:
-        control = rec.get("control") if isinstance(rec.get("control"), Mapping) else None
         if control is None:
             parts.append("no positive control")
         else:
@@ -183,27 +180,26 @@ def evidence_parts(rec: Mapping[str, Any]) -> list[str]:
             parts.append(_short_text(reason))
     if verdict in (DIVERGENT, INCOMPLETE) and ev.get("trials"):
         parts.append(f"{ev.get('failures', '?')}/{ev['trials']} trials")
-    control = rec.get("control")
-    if verdict == INVARIANT and isinstance(control, Mapping) and control.get("foreign"):
+    if verdict == INVARIANT and control is not None and control.get("foreign"):
         parts.append("positive control on another engine")
     return parts
 
 
-def _severity_key(rec: Mapping[str, Any]) -> tuple:
+def _severity_key(rec: Record) -> tuple:
     """Most telling record first: highest failure rate, then largest ULP, then node id."""
-    ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
+    ev = rec["evidence"]
     rate = _num(ev.get("rate")) or 0.0
     ulp = _num(ev.get("max_ulp")) or 0.0
     return (-rate, -ulp, str(rec.get("nodeid") or ""), json.dumps(rec.get("shape"), sort_keys=True))
 
 
-def cost_summary(recs: Iterable[Mapping[str, Any]]) -> dict | None:
+def cost_summary(recs: Iterable[Record]) -> dict | None:
     """Median of ``cost.ratio`` (stock time / this time) over distinct measurements."""
     seen: dict[tuple, float] = {}
     stocks: set[str] = set()
     for rec in recs:
-        cost = rec.get("cost")
-        if not isinstance(cost, Mapping):
+        cost = rec["cost"]
+        if cost is None:
             continue
         ratio = _num(cost.get("ratio"))
         if ratio is None or not math.isfinite(ratio) or ratio <= 0:
@@ -242,9 +238,9 @@ def oracle_text(cell: Mapping[str, Any]) -> str:
     return text
 
 
-def build_cells(records: Iterable[Mapping[str, Any]]) -> list[dict]:
+def build_cells(records: Iterable[Record]) -> list[dict]:
     """Matrix cells, one per (family, implementation, mode, quantization, hardware, oracle), sorted."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
+    groups: dict[tuple, list[Record]] = defaultdict(list)
     for rec in latest_records(records):
         groups[cell_key(rec)].append(rec)
     cells = []
@@ -253,8 +249,7 @@ def build_cells(records: Iterable[Mapping[str, Any]]) -> list[dict]:
         recs = [r for r in all_recs if not vacuous_by_construction(r)] or all_recs
         verdict = worst([r["verdict"] for r in recs])
         rep = sorted((r for r in recs if r["verdict"] == verdict), key=_severity_key)[0]
-        ev = rep.get("evidence") if isinstance(rep.get("evidence"), Mapping) else {}
-        control = rep.get("control") if isinstance(rep.get("control"), Mapping) else None
+        ev, control = rep["evidence"], rep["control"]
         cell = dict(zip(CELL_KEYS, key, strict=True))
         cell.update(
             verdict=verdict,
@@ -313,7 +308,7 @@ def _frame(cells: list[dict]):
     return df
 
 
-def _grid(cells: list[dict], recs: list[dict]) -> tuple[list[tuple], list[str], dict[tuple, dict]]:
+def _grid(cells: list[dict], recs: list[Record]) -> tuple[list[tuple], list[str], dict[tuple, dict]]:
     """(rows, hardware, grid): grid[(row, hw)] = {"verdict", "lines", "cost"} for the tables."""
     df = _frame(cells)
     if df.empty:
@@ -340,17 +335,15 @@ def _contracts(cells: list[dict]) -> list[str]:
     return sorted({c for cell in cells for c in cell["contracts"]}) or ["bitwise"]
 
 
-def hardware_fingerprints(recs: list[dict]) -> dict[str, dict]:
+def hardware_fingerprints(recs: list[Record]) -> dict[str, dict]:
     """The latest record's hardware and software per hardware name, for the reader's reference."""
     out: dict[str, dict] = {}
     for rec in recs:  # latest_records() returns them oldest first
-        hw = rec.get("hardware") if isinstance(rec.get("hardware"), Mapping) else {}
-        sw = rec.get("software") if isinstance(rec.get("software"), Mapping) else {}
-        out[hardware_name(rec)] = {"hardware": dict(hw), "software": dict(sw)}
+        out[hardware_name(rec)] = {"hardware": dict(rec["hardware"]), "software": dict(rec["software"])}
     return dict(sorted(out.items()))
 
 
-def _summary_line(recs_in: int, recs: list[dict], cells: list[dict]) -> str:
+def _summary_line(recs_in: int, recs: list[Record], cells: list[dict]) -> str:
     runs = sorted({str(r.get("run_id")) for r in recs})
     return (
         f"{len(recs)} record(s) (latest per configuration, of {recs_in} read) from {len(runs)} run(s); "
@@ -385,11 +378,11 @@ class Matrix:
     """What every renderer reads: the records read, the latest per configuration, and the cells."""
 
     records_read: int
-    recs: list[dict]
+    recs: list[Record]
     cells: list[dict]
 
     @classmethod
-    def build(cls, records: Iterable[Mapping[str, Any]]) -> Matrix:
+    def build(cls, records: Iterable[Record]) -> Matrix:
         records = list(records)
         recs = latest_records(records)
         return cls(len(records), recs, build_cells(recs))

@@ -8,18 +8,13 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from .. import plots
-from ..oracles.verdict import (
-    DIVERGENT,
-)
-from .model import (
-    _num,
-    hardware_name,
-    impl_label,
-)
+from ..oracles.classes import ClassRanges, format_ranges
+from ..oracles.verdict import DIVERGENT
+from ..records import Record
+from .model import _num, hardware_name, impl_label
 
 
-def _row_label(rec: Mapping[str, Any]) -> str:
+def _row_label(rec: Record) -> str:
     return " · ".join(
         [
             str(rec.get("family")),
@@ -30,7 +25,7 @@ def _row_label(rec: Mapping[str, Any]) -> str:
     )
 
 
-def _test_label(rec: Mapping[str, Any]) -> str:
+def _test_label(rec: Record) -> str:
     node = str(rec.get("nodeid") or "")
     return node.rsplit("::", 1)[-1] or json.dumps(rec.get("shape"), sort_keys=True)
 
@@ -41,7 +36,7 @@ def _ints(values: Any) -> set[int]:
     return {int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def divergence_series(recs: list[dict]) -> list[tuple[str, dict[int, tuple[int, int]]]]:
+def divergence_series(recs: list[Record]) -> list[tuple[str, dict[int, tuple[int, int]]]]:
     """Per (row, hardware, oracle): at each batch size, (configs that differed, configs known to test it).
 
     Tested sizes come from per-point data (``evidence.points``), ``evidence.batch_sizes`` /
@@ -50,8 +45,7 @@ def divergence_series(recs: list[dict]) -> list[tuple[str, dict[int, tuple[int, 
     """
     acc: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for rec in recs:
-        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
-        extra = rec.get("extra") if isinstance(rec.get("extra"), Mapping) else {}
+        ev, extra = rec["evidence"], rec["extra"]
         bad = _ints(ev.get("differing_batch_sizes"))
         tested = _ints(ev.get("batch_sizes")) | _ints(extra.get("batch_sizes"))
         points = ev.get("points") if isinstance(ev.get("points"), list) else []
@@ -60,10 +54,9 @@ def divergence_series(recs: list[dict]) -> list[tuple[str, dict[int, tuple[int, 
                 tested.add(p["batch_size"])
                 if p.get("equal") is False or (_num(p.get("n_diff")) or 0) > 0:
                     bad.add(p["batch_size"])
-        if isinstance(ev.get("equivalence_classes"), str):
-            for cls in plots.parse_classes(ev["equivalence_classes"]):
-                for lo, hi in cls:
-                    tested.update((lo, hi))
+        for spans in ev.get("equivalence_classes") or []:
+            for lo, hi in spans:
+                tested.update((lo, hi))
         if not bad and not tested:
             continue
         label = f"{_row_label(rec)} · {rec.get('oracle')}"
@@ -74,28 +67,26 @@ def divergence_series(recs: list[dict]) -> list[tuple[str, dict[int, tuple[int, 
     return [(label, {n: (c[0], c[1]) for n, c in sorted(pts.items())}) for label, pts in sorted(acc.items())]
 
 
-def first_divergence_counts(recs: list[dict]) -> dict[str, list[tuple[str, int]]]:
+def first_divergence_counts(recs: list[Record]) -> dict[str, list[tuple[str, int]]]:
     """Per hardware: how many divergent records first differed at each batch size."""
     acc: dict[str, Counter] = defaultdict(Counter)
     for rec in recs:
         if rec.get("verdict") != DIVERGENT:
             continue
-        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
-        first = ev.get("first") if isinstance(ev.get("first"), Mapping) else {}
-        n = first.get("batch_size")
+        n = (rec["evidence"].get("first") or {}).get("batch_size")
         if isinstance(n, int) and not isinstance(n, bool):
             acc[hardware_name(rec)][n] += 1
     return {hw: [(str(n), c) for n, c in sorted(cnt.items())] for hw, cnt in sorted(acc.items())}
 
 
-def class_series(recs: list[dict]) -> list[tuple[str, str]]:
-    out = set()
+def class_series(recs: list[Record]) -> list[tuple[str, ClassRanges]]:
+    """(label, class ranges) of every record that found classes, one per distinct pair, sorted."""
+    out: dict[tuple[str, str], ClassRanges] = {}
     for rec in recs:
-        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
-        text = ev.get("equivalence_classes")
-        if isinstance(text, str) and plots.parse_classes(text):
-            out.add((f"{_row_label(rec)} · {_test_label(rec)}", text))
-    return sorted(out)
+        ranges = rec["evidence"].get("equivalence_classes")
+        if ranges:
+            out[(f"{_row_label(rec)} · {_test_label(rec)}", format_ranges(ranges))] = ranges
+    return [(label, out[(label, text)]) for label, text in sorted(out)]
 
 
 def _xy_pairs(ev: Mapping[str, Any]) -> list[tuple[float, float]]:
@@ -121,14 +112,13 @@ def _xy_pairs(ev: Mapping[str, Any]) -> list[tuple[float, float]]:
     return sorted(out)
 
 
-def unique_series(recs: list[dict]) -> list[tuple[str, list[tuple[float, float]]]]:
+def unique_series(recs: list[Record]) -> list[tuple[str, list[tuple[float, float]]]]:
     """Engine records: unique completions vs concurrency (1 everywhere means invariant)."""
     out = []
     for rec in recs:
         if rec.get("family") != "engine":
             continue
-        ev = rec.get("evidence") if isinstance(rec.get("evidence"), Mapping) else {}
-        pts = _xy_pairs(ev)
+        pts = _xy_pairs(rec["evidence"])
         if pts:
             label = f"{impl_label(str(rec.get('implementation')), rec.get('mode'))} · {hardware_name(rec)} · "
             out.append((label + f"{rec.get('oracle')} · {_test_label(rec)}", pts))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..oracles.classes import format_ranges
 from ..records import SCHEMA
 from .model import (
     CELL_KEYS,
@@ -19,7 +20,11 @@ def _json_cells(cells: list[dict]) -> list[dict]:
     keep = (*CELL_KEYS, "verdict", "evidence", "contracts", "cost", "records", "verdict_counts",
             "first", "max_ulp", "failures", "trials", "equivalence_classes", "nodeid", "control")  # fmt: skip
     optional = ("vacuous_by_construction", "weakest_pass")
-    return [{**{k: c[k] for k in keep}, **{k: c[k] for k in optional if k in c}} for c in cells]
+    out = [{**{k: c[k] for k in keep}, **{k: c[k] for k in optional if k in c}} for c in cells]
+    for c in out:  # classes are data until here; the file shows the {1} {2..32} text a reader scans
+        if c["equivalence_classes"] is not None:
+            c["equivalence_classes"] = format_ranges(c["equivalence_classes"])
+    return out
 
 
 def render_json(m: Matrix) -> str:

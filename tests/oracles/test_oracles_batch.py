@@ -44,7 +44,7 @@ def test_switch_point_shows_as_divergence_and_classes() -> None:
     assert res.diverged is True
     assert res.first.batch_size == 8
     assert res.evidence()["differing_batch_sizes"] == [8, 9, 33]
-    assert res.evidence()["equivalence_classes"] == "{1..7} {8..33}"
+    assert res.evidence()["equivalence_classes"] == [[[1, 7]], [[8, 33]]]  # data; text only at the edge
     assert "batch size 8" in res.describe()
 
 

@@ -145,6 +145,18 @@ def test_equivalence_classes_and_their_format() -> None:
     assert format_classes(classes) == "{1} {2..4,32} {8..16}"
 
 
+def test_classes_travel_as_ranges_and_read_back_from_old_text() -> None:
+    from pytest_invariance.oracles.classes import check_ranges, class_ranges, format_ranges, parse_ranges
+
+    ranges = class_ranges([[1], [2, 3, 4, 32], [8, 16]])
+    assert ranges == [[[1, 1]], [[2, 4], [32, 32]], [[8, 16]]]  # runs over the *tested* sizes
+    assert format_ranges(ranges) == "{1} {2..4,32} {8..16}"
+    assert parse_ranges(format_ranges(ranges)) == ranges  # records written as text read back as data
+    assert check_ranges("{1} {2..4,32} {8..16}") == ranges
+    with pytest.raises(ValueError, match="spans"):
+        check_ranges([[[4, 2]]])
+
+
 def test_bits_key_groups_exact_bits_only() -> None:
     from pytest_invariance.oracles.compare import BitsKey
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from pytest_invariance.oracles import sequences as S
+from pytest_invariance.oracles.classes import format_ranges
 
 
 def test_first_divergence():
@@ -45,7 +46,8 @@ def test_analyze_levels_classes_and_margin():
     an = S.analyze({1: [a], 2: [a, a], 4: [a, b, a, a], 8: [b] * 8}, reference_top=top)
     assert (an.samples, an.unique, an.most_common) == (15, 2, 9)
     assert an.first_divergence == 2 and an.margin_class == S.NEAR_TIE and an.first_level == 4
-    assert an.classes == "{1..2} {4} {8}"
+    assert an.classes == [[[1, 2]], [[4, 4]], [[8, 8]]]
+    assert format_ranges(an.classes) == "{1..2} {4} {8}"
     ev = an.evidence()
     assert ev["concurrency"] == [1, 2, 4, 8] and ev["points"][2] == {"concurrency": 4, "unique": 2}
     assert ev["first"]["batch_size"] == 4 and ev["first"]["token_index"] == 2

@@ -127,6 +127,10 @@ def test_truncated_last_line_then_next_append_still_readable(tmp_path: Path) -> 
         (lambda r: r.update(verdict="flaky"), "unknown verdict 'flaky'"),
         (lambda r: r.update(hardware={"kind": "cpu"}), "hardware has no name"),
         (lambda r: r.update(family=""), "field 'family' is not a non-empty string"),
+        (lambda r: r.update(evidence=[1, 2]), "field 'evidence' is not an object"),
+        (lambda r: r.update(control="mutant"), "field 'control' is not an object or null"),
+        (lambda r: r["evidence"].update(first=3), "field 'first' is not an object or null"),
+        (lambda r: r["evidence"].update(equivalence_classes=[[[9, 1]]]), "evidence.equivalence_classes"),
     ],
 )
 def test_schema_check(tmp_path: Path, mutate, expect: str | None) -> None:
@@ -203,3 +207,15 @@ def test_divergent_evidence_survives(tmp_path: Path) -> None:
     append_records(path, [r])
     (got,), _ = read_records(path)
     assert got["evidence"]["first"]["batch_size"] == 9 and got["evidence"]["max_ulp"] == "inf"
+
+
+def test_records_are_typed_once_when_read(tmp_path: Path) -> None:
+    """An older record (classes as text, no ``extra``) reads back in today's shape."""
+    old = rec(evidence={"failures": 1, "trials": 3, "first": None})
+    old["evidence"]["equivalence_classes"] = "{1..7} {8..33}"
+    del old["extra"]
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    (got,), problems = read_records(path)
+    assert problems == []
+    assert got["evidence"]["equivalence_classes"] == [[[1, 7]], [[8, 33]]] and got["extra"] == {}
