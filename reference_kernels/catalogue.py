@@ -83,6 +83,7 @@ def _rowops() -> None:
 def _gemm() -> None:
     from . import fp8, matmul
     from .mutants.fp8_dynamic_scale import fp8_dynamic_scale_linear
+    from .mutants.mbucket_matmul import MAX_M, PARTS, m_bucket_linear
     from .mutants.splitk_matmul import splitk_matmul
 
     _stock("matmul", "torch", matmul.stock_linear, "F.linear (cuBLAS / CPU BLAS)")
@@ -94,13 +95,16 @@ def _gemm() -> None:
     )
     _mutant("matmul", "splitk-matmul", splitk_matmul,
             "split-K with the split count chosen from M (8/4/2/1 splits for M<=8/32/128/more)")  # fmt: skip
+    _mutant("matmul", "m-bucket-splitk", m_bucket_linear,
+            f"split-K ({PARTS} fp32 partials, one rounding) at M <= {MAX_M} rows, one F.linear pass above;"
+            " the bundled engine's default GEMM")  # fmt: skip
     _mutant("fp8-gemm", "fp8-dynamic-scale", fp8_dynamic_scale_linear, "per-tensor activation scale = amax over the whole batch")
 
 
 def _attention() -> None:
     from . import attention
     from .attention import stock
-    from .mutants.splitkv_decode import splitkv_decode, splitkv_prefill
+    from .mutants.splitkv_decode import splitkv_decode, splitkv_decode_batched, splitkv_prefill
 
     ref = "fixed 256-token KV splits anchored at position 0, fixed-order merge (Triton on CUDA, torch on CPU)"
     _reference("attention-prefill", attention.prefill_varlen, ref)
@@ -122,6 +126,9 @@ def _attention() -> None:
     _stock("attention-decode", "torch-flex", stock.flex_decode, "compiled FlexAttention over the gathered cache", ("cuda",))
     _mutant("attention-decode", "splitkv-decode", splitkv_decode,
             "split-KV decode, split count from batch x kv heads vs SM count (FlashDecoding-style)")  # fmt: skip
+    _mutant("attention-decode", "splitkv-decode-batched", splitkv_decode_batched,
+            "the whole batch cut at one split count (batch x kv heads vs units, longest context), split"
+            " outputs stored in the model dtype; the bundled engine's default decode")  # fmt: skip
     _mutant("attention-prefill", "splitkv-prefill", splitkv_prefill,
             "split-KV prefill, split count from number of sequences x kv heads vs SM count")  # fmt: skip
 
@@ -150,6 +157,12 @@ def _moe() -> None:
 
 
 GROUPS: dict[str, Callable[[], None]] = {"rowops": _rowops, "gemm": _gemm, "attention": _attention, "moe": _moe}
+GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
+    "rowops": ("rmsnorm", "softmax", "mean"),
+    "gemm": ("matmul", "fp8-gemm"),
+    "attention": ("attention-prefill", "attention-decode"),
+    "moe": ("moe-router", "moe-experts"),
+}
 
 
 def register_builtin(*groups: str) -> None:
@@ -158,6 +171,20 @@ def register_builtin(*groups: str) -> None:
         if g not in GROUPS:
             raise ValueError(f"unknown kernel group {g!r}; expected one of {', '.join(GROUPS)}")
         GROUPS[g]()
+
+
+def implementation(family: str, name: str) -> Callable:
+    """The registered function of ``family`` called ``name`` (the matrix's implementation name),
+    registering the built-in groups first; KeyError naming what exists when there is none."""
+    from .registry import kernels
+
+    found = {k.name: k.fn for k in kernels(family)}
+    if name not in found:
+        register_builtin(*(g for g, fams in GROUP_FAMILIES.items() if family in fams))
+        found = {k.name: k.fn for k in kernels(family)}
+    if name not in found:
+        raise KeyError(f"no {family} implementation {name!r}; registered: {', '.join(sorted(found))}")
+    return found[name]
 
 
 def is_fp8_experts(name: str) -> bool:

@@ -82,6 +82,6 @@ def linear_interpret(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return linear(x, w, backend="interpret")
 
 
-def stock_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def stock_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """Stock path: ``F.linear`` (cuBLAS on CUDA, oneDNN/MKL on CPU)."""
-    return F.linear(x, w)
+    return F.linear(x, w, b)

@@ -7,8 +7,8 @@ Prints one line per check and a verdict table; run by the device tool on the H20
 from __future__ import annotations
 
 import torch
+from pytest_invariance.reference_kernels.mutants.mbucket_matmul import splitk_linear
 
-from pytest_invariance.engine import kernels as K
 from pytest_invariance.engine.config import ModelConfig
 from pytest_invariance.engine.llm import LLM
 from pytest_invariance.engine.sampler import SamplingParams
@@ -23,7 +23,7 @@ def main() -> int:
         out_dtype = "torch.mm(out_dtype=fp32) available"
     except (TypeError, RuntimeError, NotImplementedError) as e:
         out_dtype = f"torch.mm(out_dtype) unavailable ({type(e).__name__}); fp32 copies used"
-    split = K.splitk_linear(x, w, parts=4)
+    split = splitk_linear(x, w, parts=4)
     one = torch.nn.functional.linear(x, w)
     rows = int((split.view(torch.int16) != one.view(torch.int16)).any(1).sum())
     print(f"split-K vs one pass (bf16, K=4096): {rows}/8 rows differ; {out_dtype}")

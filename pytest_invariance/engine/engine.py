@@ -241,6 +241,7 @@ class LLMEngine:
             "torch": torch.__version__,
             "num_threads": torch.get_num_threads(),
             "kernels": dict(self.kernels.routes),
+            "kernel_implementations": dict(self.kernels.implementations),  # the matrix's names
             "unrouted": self.kernels.unrouted,
             "fully_invariant_routing": cfg.batch_invariant and not self.kernels.unrouted,
             "max_num_seqs": cfg.max_num_seqs,

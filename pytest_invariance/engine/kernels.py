@@ -1,4 +1,4 @@
-"""The one place where the engine picks its kernels: stock torch or `reference_kernels`, per mode.
+"""The one place where the engine picks its kernels: from the catalogue, by name, per mode.
 
 Default mode is what a throughput-minded engine does, and its batch dependence is *designed*, not
 inherited from the host's BLAS (stock bf16 ``F.linear`` is batch-invariant on some x86 CPUs and not
@@ -25,10 +25,12 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
+from ..reference_kernels.attention.stock import gather_paged
 from .config import EngineConfig
 
 _NEG = -1e30  # finite mask value: exp(_NEG - m) is exactly 0 and never produces NaN
@@ -55,106 +57,6 @@ def parallel_units(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, torch.get_num_threads()) * 16
-
-
-def auto_num_splits(batch: int, kv_heads: int, max_ctx: int, units: int, min_split: int = 16) -> int:
-    """Flash-decoding style split count: enough (batch x kv_head x split) programs to fill `units`."""
-    by_occupancy = math.ceil(units / max(1, batch * kv_heads))
-    return max(1, min(by_occupancy, max_ctx // min_split, 16))
-
-
-# --- stock implementations -------------------------------------------------------------------------
-
-
-def stock_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    return F.linear(x, w, b)
-
-
-def splitk_linear(
-    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, parts: int = 4
-) -> torch.Tensor:
-    """Split-K GEMM: K cut into ``parts`` slices, each slice's product in fp32, the partials summed
-    in slice order, one rounding to the model dtype at the end (a split-K workspace reduction).
-
-    Every element sums the same K terms as the one-pass GEMM, in another order, so its fp32 value
-    differs in the low bits and some elements round to a different bf16: a row's bits then depend
-    on which side of the M bucket edge its step fell, whatever the host's BLAS does."""
-    acc: torch.Tensor | None = None
-    for xs, ws in zip(x.tensor_split(parts, dim=-1), w.tensor_split(parts, dim=-1), strict=True):
-        part = _fp32_product(xs, ws)
-        acc = part if acc is None else acc + part
-    assert acc is not None
-    if b is not None:
-        acc = acc + b.float()
-    return acc.to(x.dtype)
-
-
-def _fp32_product(xs: torch.Tensor, ws: torch.Tensor) -> torch.Tensor:
-    """``xs @ ws.T`` as an fp32 partial: on CUDA straight from the 16-bit operands where torch
-    offers ``out_dtype`` (no fp32 copy of the weights), elsewhere on fp32 copies (CPU BLAS has no
-    16-bit-in, fp32-out GEMM)."""
-    if xs.is_cuda and xs.dtype in (torch.bfloat16, torch.float16):
-        try:
-            return torch.mm(xs, ws.t(), out_dtype=torch.float32)
-        except (TypeError, RuntimeError, NotImplementedError):
-            pass
-    return F.linear(xs.float(), ws.float())
-
-
-def m_bucket_linear(max_m: int, parts: int) -> Callable[..., torch.Tensor]:
-    """The default-mode GEMM: split-K at ``M <= max_m`` token rows, one stock pass above."""
-
-    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        if x.shape[0] <= max_m:
-            return splitk_linear(x, w, b, parts)
-        return F.linear(x, w, b)
-
-    return linear
-
-
-def stock_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * w.float()).to(x.dtype)
-
-
-def stock_log_softmax(x: torch.Tensor) -> torch.Tensor:
-    return torch.log_softmax(x.float(), dim=-1)
-
-
-def stock_route(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    probs = torch.softmax(logits.float(), dim=-1)
-    w, ids = torch.topk(probs, top_k, dim=-1)
-    return w / w.sum(-1, keepdim=True), ids
-
-
-def stock_experts(
-    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
-) -> torch.Tensor:
-    """Grouped experts: each expert's GEMM runs over however many tokens chose it in this step."""
-    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
-    inter = w_down.shape[-1]
-    for e in torch.unique(ids).tolist():
-        tok, slot = (ids == e).nonzero(as_tuple=True)
-        gu = F.linear(x[tok], w_gate_up[e])
-        act = F.silu(gu[:, :inter]) * gu[:, inter:]
-        y = F.linear(act, w_down[e]).float()
-        out.index_add_(0, tok, y * weights[tok, slot].float()[:, None])
-    return out.to(x.dtype)
-
-
-def write_kv_stock(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor
-) -> None:
-    """Scatter the step's new K/V ([T, kvH, d]) into the paged cache ([blocks, block, kvH, d])."""
-    k_cache.view(-1, *k_cache.shape[2:])[slots] = k
-    v_cache.view(-1, *v_cache.shape[2:])[slots] = v
-
-
-def _gather(cache: torch.Tensor, table: list[int], n: int) -> torch.Tensor:
-    """The first n cached positions of one sequence: [n, kvH, d]."""
-    idx = torch.tensor(table, dtype=torch.long, device=cache.device)
-    return cache[idx].reshape(-1, *cache.shape[2:])[:n]
 
 
 def _partial_attention(
@@ -204,8 +106,9 @@ def prefill_sdpa(
     :func:`cascade_attention` instead."""
     n, ctx = m.q_lens[i], m.ctx_lens[i]
     qi = q[m.q_starts[i] : m.q_starts[i] + n]  # [n, H, d]
-    k = _gather(k_cache, m.block_tables[i], ctx)
-    v = _gather(v_cache, m.block_tables[i], ctx)
+    table = torch.tensor([m.block_tables[i]], dtype=torch.long, device=q.device)
+    k = gather_paged(k_cache, table, ctx)[0].transpose(0, 1)  # [ctx, kvH, d]
+    v = gather_paged(v_cache, table, ctx)[0].transpose(0, 1)
     groups = qi.shape[1] // k.shape[1]
     k = k.repeat_interleave(groups, dim=1)
     v = v.repeat_interleave(groups, dim=1)
@@ -224,63 +127,41 @@ def prefill_sdpa(
     return o.transpose(0, 1)
 
 
-def decode_split_kv(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    tables: torch.Tensor,
-    ctx: torch.Tensor,
-    num_splits: int,
-    scale: float,
-) -> torch.Tensor:
-    """Batched flash-decoding: q [B, H, d] over padded paged K/V cut into `num_splits` partial softmaxes."""
-    b, h, d = q.shape
-    k = k_cache[tables].reshape(b, -1, *k_cache.shape[2:])  # [B, S, kvH, d]
-    v = v_cache[tables].reshape(b, -1, *v_cache.shape[2:])
-    s_len, kvh = k.shape[1], k.shape[2]
-    g = h // kvh
-    qf = q.float().view(b, kvh, g, d)
-    scores = torch.einsum("bhgd,bshd->bhgs", qf, k.float()) * scale
-    valid = torch.arange(s_len, device=q.device)[None, :] < ctx[:, None]
-    scores = scores.masked_fill(~valid[:, None, None, :], _NEG)
-    if num_splits <= 1:  # one pass: one softmax over the whole context, one rounding
-        p = torch.softmax(scores, dim=-1)
-        return torch.einsum("bhgs,bshd->bhgd", p, v.float()).reshape(b, h, d).to(q.dtype)
-    split = math.ceil(s_len / num_splits)
-    outs, maxes, sums = [], [], []
-    for s0 in range(0, s_len, split):
-        sc = scores[..., s0 : s0 + split]
-        mx = sc.amax(-1, keepdim=True)
-        p = torch.exp(sc - mx)
-        sm = p.sum(-1, keepdim=True)
-        # Each split's normalized output is stored in the model dtype (as paged-attention v2 keeps
-        # its tmp_out), with its max and exp-sum in fp32 for the merge.
-        o = torch.einsum("bhgs,bshd->bhgd", p, v[:, s0 : s0 + split].float()) / sm.clamp_min(1e-30)
-        outs.append(o.to(q.dtype).float())
-        sums.append(sm)
-        maxes.append(mx)
-    m_all = torch.stack(maxes).amax(0)
-    w = [sm * torch.exp(mx - m_all) for sm, mx in zip(sums, maxes, strict=True)]
-    num = sum(o * wi for o, wi in zip(outs, w, strict=True))
-    return (num / sum(w)).reshape(b, h, d).to(q.dtype)
-
-
 # --- the per-mode kernel set -----------------------------------------------------------------------
 
 
-def _try(fn: Callable[[], Callable], fallback: Callable, label: str, routes: dict, key: str) -> Callable:
-    """Resolve a reference kernel; on ImportError / AttributeError use `fallback` and say so."""
-    try:
-        f = fn()
-    except (ImportError, AttributeError) as e:
-        routes[key] = f"stock FALLBACK (reference not available: {type(e).__name__}: {e})"
-        return fallback
-    routes[key] = label
-    return f
+# Catalogue names (reference_kernels.catalogue) of what each mode runs, family by family: the same
+# names as the matrix's implementations. Attention prefill in default mode is the engine's own
+# per-sequence SDPA (plus the cascade prefix path), which no family signature describes.
+INVARIANT_KERNELS = {
+    "matmul": "reference",
+    "rmsnorm": "reference",
+    "softmax": "reference",
+    "moe-router": "reference",
+    "moe-experts": "reference",
+    "attention-prefill": "reference",
+    "attention-decode": "reference",
+}
+DEFAULT_KERNELS = {
+    "matmul": "torch",  # "mutant:m-bucket-splitk" under gemm_strategy="m-bucket"
+    "rmsnorm": "torch",
+    "softmax": "torch",
+    "moe-router": "torch-topk-sorted",
+    "moe-experts": "torch-loop",
+    "attention-prefill": "torch-sdpa",
+    "attention-decode": "mutant:splitkv-decode-batched",
+}
+
+
+def _fp32_log_softmax(fn: Callable) -> Callable:
+    return lambda x: fn(x.float())
 
 
 class Kernels:
-    """Kernel set of one engine. `routes` names what runs for each family (reported by `info()`)."""
+    """Kernel set of one engine, taken from the catalogue by name for its mode.
+
+    ``implementations`` maps family -> catalogue name; ``routes`` says the same in words, with the
+    engine's parameters (reported by ``info()``)."""
 
     def __init__(self, cfg: EngineConfig, device: torch.device, kv_heads: int):
         self.cfg = cfg
@@ -289,90 +170,79 @@ class Kernels:
         self.invariant = cfg.batch_invariant
         self.units = parallel_units(device)
         self.routes: dict[str, str] = {}
-        if not self.invariant:
-            gemm = "cuBLAS" if device.type == "cuda" else "oneDNN/MKL"
-            if cfg.gemm_strategy == "m-bucket":
-                self.linear = m_bucket_linear(cfg.splitk_max_m, cfg.splitk_parts)
-                matmul = (f"m-bucket: split-K ({cfg.splitk_parts} fp32 partials) at M <= {cfg.splitk_max_m} "
-                          f"token rows, one-pass torch F.linear ({gemm}) above")  # fmt: skip
-            else:
-                self.linear = stock_linear
-                matmul = f"one-pass torch F.linear ({gemm}) over the step's token batch"
-            self.rms_norm = stock_rms_norm
-            self.log_softmax = stock_log_softmax
-            self.route = stock_route
-            self.experts = stock_experts
-            self.write_kv = write_kv_stock
-            self.routes = {
-                "matmul": matmul,
-                "rmsnorm": "torch eager",
-                "softmax": "torch log_softmax",
-                "attention-prefill": "torch SDPA per sequence, chunks cut by the step's token budget"
-                + ("; a chunk with a prefix (cached or earlier chunk): cascade attention, LSE-merged"
-                   if cfg.prefix_attention == "cascade" else ""),  # fmt: skip
-                "attention-decode": f"split-KV, split count from batch and {self.units} parallel units "
-                f"(splits of >= {cfg.split_kv_min_tokens} tokens)"
-                if cfg.split_kv == "auto"
-                else f"split-KV policy {cfg.split_kv}",
-                "moe-router": "torch softmax + topk",
-                "moe-experts": "torch grouped GEMM per expert over the step's tokens",
-            }
-            self._ref_attn = None
-            return
-        self._resolve_reference()
+        self.implementations: dict[str, str] = {}
+        from ..reference_kernels.attention import write_kv  # an exact copy: no reduction to choose
+
+        self.write_kv = write_kv
+        self._ref_attn = None
+        if self.invariant:
+            self._resolve_reference()
+        else:
+            self._resolve_default()
+
+    def _take(self, family: str, name: str, words: str) -> Callable:
+        from ..reference_kernels.catalogue import implementation
+
+        fn = implementation(family, name)
+        self.implementations[family] = name
+        self.routes[family] = f"{name}: {words}"
+        return fn
+
+    def _resolve_default(self) -> None:
+        cfg = self.cfg
+        gemm = "cuBLAS" if self.device.type == "cuda" else "oneDNN/MKL"
+        if cfg.gemm_strategy == "m-bucket":
+            fn = self._take("matmul", "mutant:m-bucket-splitk",
+                            f"split-K ({cfg.splitk_parts} fp32 partials) at M <= {cfg.splitk_max_m} token rows, "
+                            f"one-pass torch F.linear ({gemm}) above")  # fmt: skip
+            self.linear = partial(fn, max_m=cfg.splitk_max_m, parts=cfg.splitk_parts)
+        else:
+            self.linear = self._take("matmul", "torch", f"one-pass torch F.linear ({gemm}) over the step's token batch")
+        self.rms_norm = self._take("rmsnorm", "torch", "F.rms_norm")
+        self.log_softmax = _fp32_log_softmax(self._take("softmax", "torch", "torch.log_softmax in fp32"))
+        self.route = self._take("moe-router", "torch-topk-sorted", "torch softmax + topk")
+        self.experts = self._take("moe-experts", "torch-loop", "torch GEMMs per expert over the step's tokens")
+        self.implementations["attention-prefill"] = "torch-sdpa"
+        self.routes["attention-prefill"] = "torch-sdpa: SDPA per sequence, chunks cut by the step's token budget" + (
+            "; a chunk with a prefix (cached or earlier chunk): cascade attention, LSE-merged"
+            if cfg.prefix_attention == "cascade" else "")  # fmt: skip
+        policy = {
+            "auto": f"split count from batch x kv heads vs {self.units} parallel units "
+            f"(splits of about >= {cfg.split_kv_min_tokens} tokens)",
+            "fixed": f"fixed splits of {cfg.split_kv_size} tokens",
+            "none": "one split",
+        }[cfg.split_kv]
+        decode = self._take("attention-decode", "mutant:splitkv-decode-batched", policy)
+        self._decode = partial(decode, sm_count=self.units, min_keys=cfg.split_kv_min_tokens)
 
     def _resolve_reference(self) -> None:
-        from .. import reference_kernels as rk  # noqa: F401  (package must exist)
-
-        r = self.routes
-
-        def lin():
-            from ..reference_kernels.matmul import linear
-
-            return lambda x, w, b=None: linear(x, w, b)
-
-        def rms():
-            from ..reference_kernels.rowops import rms_norm
-
-            return lambda x, w, eps: rms_norm(x, w, eps)
-
-        def lsm():
-            from ..reference_kernels.rowops import log_softmax
-
-            return lambda x: log_softmax(x.float(), -1)
-
-        def route():
-            from ..reference_kernels.moe import route as _route
-
-            return lambda logits, k: _route(logits.float(), k)
-
-        def experts():
-            from ..reference_kernels.moe import fused_experts
-
-            return fused_experts
-
-        self.linear = _try(lin, stock_linear, "reference_kernels.matmul.linear", r, "matmul")
-        self.rms_norm = _try(rms, stock_rms_norm, "reference_kernels.rowops.rms_norm", r, "rmsnorm")
-        self.log_softmax = _try(lsm, stock_log_softmax, "reference_kernels.rowops.log_softmax", r, "softmax")
-        self.route = _try(route, stock_route, "reference_kernels.moe.route", r, "moe-router")
-        self.experts = _try(experts, stock_experts, "reference_kernels.moe.fused_experts", r, "moe-experts")
-        self._ref_attn = None
+        """Every reduction through the reference kernels; one that cannot be imported is replaced by
+        its stock kernel and named ``FALLBACK`` in the route, never silently."""
+        for family, attr, stock in (
+            ("matmul", "linear", "torch"),
+            ("rmsnorm", "rms_norm", "torch"),
+            ("softmax", "log_softmax", "torch"),
+            ("moe-router", "route", "torch-topk-sorted"),
+            ("moe-experts", "experts", "torch-loop"),
+        ):
+            try:
+                fn = self._take(family, "reference", "reference_kernels")
+            except (ImportError, AttributeError, KeyError) as e:
+                fn = self._take(family, stock, f"stock FALLBACK (reference not available: {type(e).__name__}: {e})")
+            setattr(self, attr, _fp32_log_softmax(fn) if family == "softmax" else fn)
         try:
             from ..reference_kernels import attention as ra
 
             self._ref_attn = (ra.prefill_paged, ra.decode_paged)
-            self.write_kv = ra.write_kv
             split = ra.SPLIT_SIZE
-            r["attention-prefill"] = (
-                f"reference_kernels.attention.prefill_paged (split {split} anchored at 0)"
-            )
-            r["attention-decode"] = f"reference_kernels.attention.decode_paged (split {split} anchored at 0)"
-            r["kv-write"] = "reference_kernels.attention.write_kv"
+            for family in ("attention-prefill", "attention-decode"):
+                self.implementations[family] = "reference"
+                self.routes[family] = f"reference: paged, split {split} anchored at 0"
         except (ImportError, AttributeError) as e:
-            self.write_kv = write_kv_stock
             why = f"reference not available: {type(e).__name__}: {e}"
-            r["attention-prefill"] = f"stock FALLBACK: SDPA per sequence ({why})"
-            r["attention-decode"] = f"stock FALLBACK: SDPA per sequence ({why})"
+            for family in ("attention-prefill", "attention-decode"):
+                self.implementations[family] = "torch-sdpa"
+                self.routes[family] = f"torch-sdpa: stock FALLBACK, SDPA per sequence ({why})"
 
     @property
     def batch_mechanisms(self) -> list[str]:
@@ -411,17 +281,11 @@ class Kernels:
         if decode:
             rows = torch.tensor([m.q_starts[i] for i in m.decode_idx], device=q.device)
             max_ctx = max(m.ctx_lens[i] for i in m.decode_idx)
-            if self.cfg.split_kv == "auto":
-                splits = auto_num_splits(
-                    len(m.decode_idx), self.kv_heads, max_ctx, self.units, self.cfg.split_kv_min_tokens
-                )
-            elif self.cfg.split_kv == "fixed":
-                splits = max(1, math.ceil(max_ctx / self.cfg.split_kv_size))
-            else:
-                splits = 1
-            out[rows] = decode_split_kv(
-                q[rows], k_cache, v_cache, m.block_table_tensor, m.decode_ctx, splits, scale
-            )
+            splits = {"auto": None, "fixed": max(1, math.ceil(max_ctx / self.cfg.split_kv_size)), "none": 1}
+            out[rows] = self._decode(
+                q[rows], k_cache, v_cache, m.block_table_tensor, m.decode_ctx, scale=scale,
+                splits=splits[self.cfg.split_kv],
+            )  # fmt: skip
         return out
 
     def _attention_reference(

@@ -29,6 +29,7 @@ from ..attention import _use_triton  # the family's own reading of device.resolv
 from ..attention.stock import gather_paged
 
 DEFAULT_SMS = 132  # H100/H200 SXM
+_NEG = -1e30  # finite mask value: exp(_NEG - m) is exactly 0 and never produces NaN
 
 
 def num_splits(
@@ -120,6 +121,63 @@ def splitkv_decode(
         n = num_splits(b, hkv, length, sms, min_keys=min_keys)
         out[i] = splitkv_attend(q[i : i + 1], k, v, n, causal=False, scale=sc)[0]
     return out
+
+
+def splitkv_decode_batched(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    scale: float | None = None,
+    sm_count: int | None = None,
+    min_keys: int = 16,
+    max_splits: int = 16,
+    splits: int | None = None,
+    partial_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """``attention-decode`` signature, the whole batch in one pass over the padded block table.
+
+    What a serving engine's decode does: the split count comes from ``num_splits`` for the
+    batch and its longest context (``splits`` overrides it, e.g. a fixed split size), every
+    sequence is cut at the same boundaries, and each split's normalized output is stored in
+    ``partial_dtype`` (default: q's dtype, as paged-attention v2 keeps its ``tmp_out``) with its max
+    and exp-sum in fp32 for the merge. The bundled engine's default mode decodes with it
+    (``split_kv="auto"``)."""
+    b, h, d = q.shape
+    if b == 0:
+        return torch.empty_like(q)
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+    k = k_cache[block_table.long()].reshape(b, -1, *k_cache.shape[2:])  # [B, S, kvH, d]
+    v = v_cache[block_table.long()].reshape(b, -1, *v_cache.shape[2:])
+    s_len, kvh = k.shape[1], k.shape[2]
+    if splits is None:
+        lmax = int(seq_lens.max())
+        splits = num_splits(b, kvh, lmax, _sms(q, sm_count), max_splits=max_splits, min_keys=min_keys)
+    g = h // kvh
+    scores = torch.einsum("bhgd,bshd->bhgs", q.float().view(b, kvh, g, d), k.float()) * sc
+    valid = torch.arange(s_len, device=q.device)[None, :] < seq_lens.to(q.device)[:, None]
+    scores = scores.masked_fill(~valid[:, None, None, :], _NEG)
+    if splits <= 1:  # one softmax over the whole context, one rounding
+        p = torch.softmax(scores, dim=-1)
+        return torch.einsum("bhgs,bshd->bhgd", p, v.float()).reshape(b, h, d).to(q.dtype)
+    store = partial_dtype or q.dtype
+    step = math.ceil(s_len / splits)
+    outs, maxes, sums = [], [], []
+    for s0 in range(0, s_len, step):
+        sc_part = scores[..., s0 : s0 + step]
+        mx = sc_part.amax(-1, keepdim=True)
+        p = torch.exp(sc_part - mx)
+        sm = p.sum(-1, keepdim=True)
+        o = torch.einsum("bhgs,bshd->bhgd", p, v[:, s0 : s0 + step].float()) / sm.clamp_min(1e-30)
+        outs.append(o.to(store).float())
+        sums.append(sm)
+        maxes.append(mx)
+    m_all = torch.stack(maxes).amax(0)
+    w = [sm * torch.exp(mx - m_all) for sm, mx in zip(sums, maxes, strict=True)]
+    num = sum(o * wi for o, wi in zip(outs, w, strict=True))
+    return (num / sum(w)).reshape(b, h, d).to(q.dtype)
 
 
 def splitkv_prefill(

@@ -12,6 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_invariance.oracles.inputs import rows_pool  # noqa: E402
+from pytest_invariance.reference_kernels.mutants import mbucket_matmul as MB  # noqa: E402
+from pytest_invariance.reference_kernels.mutants.splitkv_decode import (  # noqa: E402
+    num_splits,
+    splitkv_decode_batched,
+)
 
 from pytest_invariance.engine import kernels as K  # noqa: E402
 from pytest_invariance.engine.config import EngineConfig, ModelConfig, demo_model  # noqa: E402
@@ -29,16 +34,15 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 def test_m_bucket_takes_split_k_up_to_the_edge_and_one_pass_above():
     w = rows_pool(256, (512,), 1, torch.bfloat16)
     x = rows_pool(9, (512,), 2, torch.bfloat16)
-    lin = K.m_bucket_linear(max_m=8, parts=4)
-    assert torch.equal(bits(lin(x[:8], w)), bits(K.splitk_linear(x[:8], w, parts=4)))
-    assert torch.equal(bits(lin(x, w)), bits(torch.nn.functional.linear(x, w)))
+    assert torch.equal(bits(MB.m_bucket_linear(x[:8], w, max_m=8)), bits(MB.splitk_linear(x[:8], w, parts=4)))
+    assert torch.equal(bits(MB.m_bucket_linear(x, w, max_m=8)), bits(torch.nn.functional.linear(x, w)))
 
 
 def test_split_k_changes_bits_of_most_rows_against_one_pass():
     """The designed difference: same K terms, another summation order, so rounding differs."""
     w = rows_pool(1536, (1024,), 1, torch.bfloat16)
     x = rows_pool(32, (1024,), 2, torch.bfloat16)
-    split = bits(K.splitk_linear(x, w, parts=4))
+    split = bits(MB.splitk_linear(x, w, parts=4))
     one = bits(torch.nn.functional.linear(x, w))
     rows_differing = (split != one).any(dim=1).sum().item()
     assert rows_differing >= 4, f"split-K differed from one pass in only {rows_differing}/32 rows"
@@ -50,15 +54,16 @@ def test_split_k_keeps_the_bias_and_the_value():
     b = rows_pool(1, (64,), 3, torch.float32)[0]
     # fp32 sums of 96 wide-spread terms in two orders: declared tolerance, not bitwise
     torch.testing.assert_close(
-        K.splitk_linear(x, w, b, parts=3), torch.nn.functional.linear(x, w, b), atol=1e-4, rtol=1e-4
+        MB.splitk_linear(x, w, b, parts=3), torch.nn.functional.linear(x, w, b), atol=1e-4, rtol=1e-4
     )
 
 
 def test_auto_split_count_follows_batch_and_context():
     # 2 threads x 16 units, 4 KV heads: 8 splits at batch 1, 4 at 2, 2 at 4, 1 from 8; capped by length
-    assert [K.auto_num_splits(b, 4, 1024, 32) for b in (1, 2, 4, 8, 16)] == [8, 4, 2, 1, 1]
-    assert K.auto_num_splits(1, 4, 40, 32, min_split=16) == 2
-    assert K.auto_num_splits(1, 4, 15, 32, min_split=16) == 1
+    split = [num_splits(b, 4, 1024, 32, max_splits=16, min_keys=16) for b in (1, 2, 4, 8, 16)]
+    assert split == [8, 4, 2, 1, 1]
+    assert num_splits(1, 4, 40, 32, max_splits=16, min_keys=16) == 3  # ceil(40 / 16) parts of ~13 keys
+    assert num_splits(1, 4, 15, 32, max_splits=16, min_keys=16) == 1
 
 
 def _decode_inputs(batch: int, ctx: int):
@@ -74,8 +79,8 @@ def _decode_inputs(batch: int, ctx: int):
 
 def test_split_kv_changes_bits_against_one_pass_and_matches_in_value():
     q, kc, vc, tables, ctx = _decode_inputs(4, 64)
-    one = K.decode_split_kv(q, kc, vc, tables, ctx, 1, 0.25)
-    split = K.decode_split_kv(q, kc, vc, tables, ctx, 4, 0.25)
+    one = splitkv_decode_batched(q, kc, vc, tables, ctx, scale=0.25, splits=1)
+    split = splitkv_decode_batched(q, kc, vc, tables, ctx, scale=0.25, splits=4)
     assert not torch.equal(bits(one), bits(split)), "4 splits gave the bits of one pass"
     torch.testing.assert_close(split.float(), one.float(), atol=2e-2, rtol=2e-2)
 
@@ -85,6 +90,11 @@ def test_server_info_names_each_mechanism_and_its_off_switch():
     assert on["gemm_strategy"] == "m-bucket" and on["split_kv"] == "auto"
     assert [m.split(" ")[0] for m in on["batch_mechanisms"]] == ["gemm", "split-KV", "cascade"]
     assert "split-K" in on["kernels"]["matmul"]
+    # the engine's kernels are the catalogue's, under the matrix's implementation names
+    assert on["kernel_implementations"]["matmul"] == "mutant:m-bucket-splitk"
+    assert on["kernel_implementations"]["attention-decode"] == "mutant:splitkv-decode-batched"
+    inv = LLM(model=TINY, num_blocks=8, batch_invariant=True).info()["kernel_implementations"]
+    assert set(inv.values()) == {"reference"}
     off = LLM(
         model=TINY, num_blocks=8, gemm_strategy="one-pass", split_kv="none", prefix_attention="one-pass"
     ).info()
