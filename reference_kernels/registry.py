@@ -43,6 +43,9 @@ class Kernel:
     expect: str = "invariant"  # invariant | divergent | measure
     devices: tuple[str, ...] = ("cpu", "cuda")
     description: str = ""
+    # Per-oracle exceptions to ``expect``, e.g. (("batch-position", "measure"),) for a mutant whose
+    # mechanism keys on M alone, so one probe row rarely shows it; stated, never inferred.
+    oracle_expect: tuple[tuple[str, str], ...] = ()
 
 
 _REGISTRY: dict[tuple[str, str], Kernel] = {}
@@ -60,14 +63,16 @@ def register(
     expect: str | None = None,
     devices: tuple[str, ...] = ("cpu", "cuda"),
     description: str = "",
+    oracle_expect: dict[str, str] | None = None,
 ) -> Kernel:
     """Add (or replace) an implementation of ``family`` under ``name``."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
     exp = expect or _DEFAULT_EXPECT[role]
-    if exp not in ("invariant", "divergent", "measure"):
-        raise ValueError(f"unknown expect {exp!r}; expected invariant, divergent or measure")
-    k = Kernel(family, name, fn, role, exp, tuple(devices), description)
+    for e in (exp, *(oracle_expect or {}).values()):
+        if e not in ("invariant", "divergent", "measure"):
+            raise ValueError(f"unknown expect {e!r}; expected invariant, divergent or measure")
+    k = Kernel(family, name, fn, role, exp, tuple(devices), description, tuple(sorted((oracle_expect or {}).items())))
     _REGISTRY[(family, name)] = k
     return k
 

@@ -108,7 +108,7 @@ def test_fp8_gemm(invariance, device, name, quant, shape, oracle):
         fn = lambda x: kernel.fn(x, wq, ws, xs)  # noqa: E731
     else:
         fn = lambda x: kernel.fn(x, wq, ws)  # noqa: E731
-    expect = expect_for(kernel.role, kernel.expect, oracle)
+    expect = expect_for(kernel.role, kernel.expect, oracle, kernel.oracle_expect)
     invariance.check(
         fn,
         lambda seed: _rows(

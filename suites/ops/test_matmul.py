@@ -119,7 +119,7 @@ def test_matmul(invariance, device, name, dtype_name, shape, oracle):
         quantization=quant,
         dtype=dtype,
         shape={"K": k, "N": n, "layer": f"{model}.{layer}"},
-        expect=expect_for(kernel.role, kernel.expect, oracle),
+        expect=expect_for(kernel.role, kernel.expect, oracle, kernel.oracle_expect),
         limit=limit(device, name),
         extra=extra,
     )

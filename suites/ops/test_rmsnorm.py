@@ -71,7 +71,7 @@ def test_rmsnorm(invariance, device, name, dtype_name, shape, oracle):
         quantization=QUANT[dtype_name],
         dtype=dtype,
         shape={k: v for k, v in shape.items() if k != "label"},
-        expect=expect_for(kernel.role, kernel.expect, oracle),
+        expect=expect_for(kernel.role, kernel.expect, oracle, kernel.oracle_expect),
         limit=limit,
         trials=trials_for(invariance, dtype_name, name, device),
         extra={"op": "rms_norm", "eps": EPS, "device": device},

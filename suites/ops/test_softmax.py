@@ -70,7 +70,7 @@ def _check(invariance, fam, op, device, name, dtype_name, shape, oracle, control
         quantization=QUANT[dtype_name],
         dtype=getattr(torch, dtype_name),
         shape={"op": op, **{k: v for k, v in shape.items() if k != "label"}},
-        expect=expect_for(kernel.role, kernel.expect, oracle),
+        expect=expect_for(kernel.role, kernel.expect, oracle, kernel.oracle_expect),
         limit=limit,
         trials=trials_for(invariance, dtype_name, name, device),
         extra={"op": op, "device": device},
