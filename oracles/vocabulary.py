@@ -46,3 +46,12 @@ def quantization_of(dtype: object) -> str:
     """``bf16`` / ``fp16`` / ``fp32-ieee`` for a torch dtype or its name; the name itself otherwise."""
     name = str(dtype).replace("torch.", "")
     return QUANTIZATION_OF_DTYPE.get(name, name or "unknown")
+
+
+# How the matrix's glance view writes a verdict and an oracle in a few characters.
+VERDICT_SYMBOLS = {INVARIANT: "✔", DIVERGENT: "✘", VACUOUS: "∅", INCOMPLETE: "…", UNSUPPORTED: "–"}
+ORACLE_SHORT = {
+    BATCH_SIZE: "size", BATCH_POSITION: "pos", RUN_TO_RUN: "rerun", CHUNKING: "chunk",
+    PREFILL_DECODE: "p/d", CACHE: "cache", UNIQUE_SAMPLES: "uniq", SEEDED_SAMPLING: "seed",
+    PRECISION: "prec", PERF: "perf",
+}  # fmt: skip

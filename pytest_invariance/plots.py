@@ -31,8 +31,12 @@ def _f(x: float) -> str:
     return f"{x:.1f}"
 
 
-def _short(label: str) -> str:
-    return label if len(label) <= _MAX_LABEL else label[: _MAX_LABEL - 1] + "…"
+def _short(label: str, limit: int = _MAX_LABEL) -> str:
+    """Cut the middle, not the end: a label's tail (the shape, the oracle) tells rows apart."""
+    if len(label) <= limit:
+        return label
+    head = (limit - 1) // 2
+    return label[:head] + "…" + label[len(label) - (limit - 1 - head) :]
 
 
 def _svg(width: float, height: float, body: list[str], title: str) -> str:
@@ -76,6 +80,16 @@ def _x_axis(axis: LogAxis, y: float, label: str) -> list[str]:
     return out
 
 
+def _x_axis_top(axis: LogAxis, y: float) -> list[str]:
+    """Tick labels above the first row too, so a tall strip can be read without scrolling down."""
+    out = [f'<line x1="{_f(axis.x0)}" y1="{_f(y)}" x2="{_f(axis.x0 + axis.width)}" y2="{_f(y)}" stroke="#333"/>']
+    for t in axis.ticks():
+        x = axis(t)
+        out.append(f'<line x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x)}" y2="{_f(y)}" stroke="#333"/>')
+        out.append(f'<text x="{_f(x)}" y="{_f(y - 7)}" text-anchor="middle">{t}</text>')
+    return out
+
+
 def _row_label(y: float, label: str) -> str:
     return (
         f'<text x="{_LABEL_W - 8}" y="{_f(y + 4)}" text-anchor="end"><title>{escape(label)}</title>'
@@ -91,9 +105,16 @@ def divergence_strip(series: Sequence[tuple[str, dict[int, tuple[int, int]]]], t
     """
     sizes = [n for _, pts in series for n in pts]
     axis = LogAxis(min(sizes, default=1), max(sizes, default=2), _LABEL_W, _PLOT_W)
-    body: list[str] = []
+    top = _TOP + 34  # room for the legend and the upper axis
+    body: list[str] = [
+        f'<circle cx="{_LABEL_W + 6}" cy="{_TOP - 6}" r="5" fill="{RED}"/>',
+        f'<text x="{_LABEL_W + 16}" y="{_TOP - 2}">differed at N (larger, darker: more configurations)</text>',
+        f'<circle cx="{_LABEL_W + 326}" cy="{_TOP - 6}" r="3" fill="none" stroke="{GREEN}"/>',
+        f'<text x="{_LABEL_W + 336}" y="{_TOP - 2}">tested at N, never differed</text>',
+        *_x_axis_top(axis, top - 2),
+    ]
     for i, (label, pts) in enumerate(series):
-        y = _TOP + i * _ROW_H + _ROW_H / 2
+        y = top + i * _ROW_H + _ROW_H / 2
         body.append(_row_label(y, label))
         body.append(
             f'<line x1="{_f(axis.x0)}" y1="{_f(y)}" x2="{_f(axis.x0 + axis.width)}" y2="{_f(y)}" stroke="#eee"/>'
@@ -113,7 +134,7 @@ def divergence_strip(series: Sequence[tuple[str, dict[int, tuple[int, int]]]], t
                     f'<circle cx="{_f(axis(n))}" cy="{_f(y)}" r="3" fill="none" stroke="{GREEN}">'
                     f"<title>{tip}</title></circle>"
                 )
-    y_axis = _TOP + len(series) * _ROW_H + 4
+    y_axis = top + len(series) * _ROW_H + 4
     body += _x_axis(axis, y_axis, "batch size N (log scale)")
     return _svg(_LABEL_W + _PLOT_W + 20, y_axis + _BOTTOM, body, title)
 
@@ -210,3 +231,45 @@ def line_chart(
         )
         body.append(f'<text x="{left + 16}" y="{y}">{escape(label)}</text>')
     return _svg(left + _PLOT_W + 20, legend_y + len(series) * 16 + 8, body, title)
+
+
+def small_multiples(
+    series: Sequence[tuple[str, list[tuple[float, float]]]], title: str, xlabel: str, ylabel: str, per_row: int = 3
+) -> str:
+    """One small chart per series in a grid, each with its own label and axes: lines that share
+    their values (1 unique sample everywhere) no longer hide each other."""
+    cell_w, cell_h, plot_w, plot_h, left = 330, 150, 250, 80, 50
+    y_hi = max(max((y for _, pts in series for _, y in pts), default=1), 1)
+    xs = [x for _, pts in series for x, _ in pts]
+    body: list[str] = []
+    for i, (label, pts) in enumerate(series):
+        ox = (i % per_row) * cell_w
+        oy = _TOP + (i // per_row) * cell_h
+        axis = LogAxis(min(xs, default=1), max(xs, default=2), ox + left, plot_w)
+        top = oy + 26
+
+        def ypos(v: float, top: float = top) -> float:
+            return top + plot_h - v / y_hi * plot_h
+
+        body.append(f'<text x="{_f(ox + 4)}" y="{_f(oy + 12)}"><title>{escape(label)}</title>{escape(_short(label, 52))}</text>')
+        body.append(f'<line x1="{_f(ox + left)}" y1="{_f(top)}" x2="{_f(ox + left)}" y2="{_f(top + plot_h)}" stroke="#333"/>')
+        for v in sorted({0, y_hi}):
+            body.append(f'<text x="{_f(ox + left - 4)}" y="{_f(ypos(v) + 4)}" text-anchor="end">{v:g}</text>')
+        body.append(
+            f'<text x="{_f(ox + 12)}" y="{_f(top + plot_h / 2)}" transform="rotate(-90 {_f(ox + 12)} '
+            f'{_f(top + plot_h / 2)})" text-anchor="middle">{escape(ylabel)}</text>'
+        )
+        pts = sorted(pts)
+        colour = RED if any(y > 1 for _, y in pts) else GREEN
+        if len(pts) > 1:
+            path = " ".join(f"{_f(axis(x))},{_f(ypos(y))}" for x, y in pts)
+            body.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for x, y in pts:
+            body.append(
+                f'<circle cx="{_f(axis(x))}" cy="{_f(ypos(y))}" r="3" fill="{colour}">'
+                f"<title>{escape(label)}: {escape(xlabel)} {x:g} → {y:g}</title></circle>"
+            )
+        body += _x_axis(axis, top + plot_h, xlabel)
+    rows = -(-len(series) // per_row)
+    width = min(len(series), per_row) * cell_w + 10
+    return _svg(max(width, 340), _TOP + rows * cell_h + 10, body, title)

@@ -1,4 +1,4 @@
-"""The compatibility matrix: records in, matrix.md / .html / .csv / .json out.
+"""The compatibility matrix: records in, matrix.md (glance) / matrix-full.md / .html / .csv / .json out.
 
 ``model`` builds the :class:`~.model.Matrix` once (latest record per configuration, cells); the
 renderers (``markdown``, ``html`` with ``series`` for its plots, ``tables`` for csv and json) only
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .html import render_html
-from .markdown import render_markdown
+from .markdown import render_glance_markdown, render_markdown
 from .model import Matrix, build_cells, evidence_parts, impl_label, latest_records
 from .series import divergence_series
 from .tables import render_csv, render_json
@@ -23,14 +23,21 @@ __all__ = ["Matrix", "build_cells", "divergence_series", "evidence_parts", "impl
 
 
 def render_matrix(records: Iterable[Mapping[str, Any]], out_dir: str | Path) -> dict[str, Path]:
-    """Write matrix.md, matrix.html, matrix.csv and matrix.json under ``out_dir``; returns their paths."""
+    """Write matrix.md (glance), matrix-full.md, matrix.html, matrix.csv and matrix.json under
+    ``out_dir``; returns their paths by kind (``md``, ``full-md``, ``html``, ``csv``, ``json``)."""
     m = Matrix.build(records)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    texts = {"md": render_markdown(m), "html": render_html(m), "csv": render_csv(m), "json": render_json(m)}
+    files = {
+        "md": ("matrix.md", render_glance_markdown(m)),
+        "full-md": ("matrix-full.md", render_markdown(m)),
+        "html": ("matrix.html", render_html(m)),
+        "csv": ("matrix.csv", render_csv(m)),
+        "json": ("matrix.json", render_json(m)),
+    }
     paths = {}
-    for ext, text in texts.items():
-        p = out / f"matrix.{ext}"
+    for kind, (name, text) in files.items():
+        p = out / name
         p.write_text(text, encoding="utf-8")
-        paths[ext] = p
+        paths[kind] = p
     return paths

@@ -76,9 +76,14 @@ def _time_of(rec: Record) -> float:
 
 
 def latest_records(records: Iterable[Record]) -> list[Record]:
-    """One record per configuration (``records.record_key``): the one with the latest ``time``.
+    """One record per configuration (``records.record_key``): the one with the latest ``time``;
+    and of one test node (same node id, implementation, mode, quantization, oracle, hardware), only
+    the records of its latest run.
 
-    Ties on time go to the later run id, then to the record read last.
+    Ties on time go to the later run id, then to the record read last. The second rule is why a
+    suite whose defaults changed (another prompt length, another model preset) does not leave its
+    older shapes' verdicts standing beside the new ones: the latest run of a test says what that
+    test finds now, with every shape it ran.
     """
     best: dict[tuple, tuple[tuple, Record]] = {}
     for i, rec in enumerate(records):
@@ -86,7 +91,19 @@ def latest_records(records: Iterable[Record]) -> list[Record]:
         key = record_key(rec)
         if key not in best or order >= best[key][0]:
             best[key] = (order, rec)
-    return [rec for _, rec in sorted(best.values(), key=lambda item: item[0])]
+    newest: dict[tuple, tuple[tuple, str]] = {}  # node -> (order of its latest record, that record's run)
+    for order, rec in best.values():
+        node = _node_key(rec)
+        if node not in newest or order > newest[node][0]:
+            newest[node] = (order, str(rec.get("run_id") or ""))
+    kept = [(o, r) for o, r in best.values() if str(r.get("run_id") or "") == newest[_node_key(r)][1]]
+    return [rec for _, rec in sorted(kept, key=lambda item: item[0])]
+
+
+def _node_key(rec: Record) -> tuple:
+    """``record_key`` without the shape: one test node's verdicts on one implementation and hardware."""
+    key = record_key(rec)
+    return key[:6] + key[7:]
 
 
 def hardware_name(rec: Record) -> str:

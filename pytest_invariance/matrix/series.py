@@ -10,24 +10,25 @@ from typing import Any
 
 from ..oracles.classes import ClassRanges, format_ranges
 from ..oracles.verdict import DIVERGENT
+from ..oracles.vocabulary import PERF
 from ..records import Record
 from .model import _num, hardware_name, impl_label
 
 
-def _row_label(rec: Record) -> str:
-    return " · ".join(
-        [
-            str(rec.get("family")),
-            impl_label(str(rec.get("implementation")), rec.get("mode")),
-            str(rec.get("quantization") or "–"),
-            hardware_name(rec),
-        ]
-    )
+def _row_label(rec: Record, with_hardware: bool = True) -> str:
+    parts = [
+        str(rec.get("family")),
+        impl_label(str(rec.get("implementation")), rec.get("mode")),
+        str(rec.get("quantization") or "–"),
+    ]
+    return " · ".join([*parts, hardware_name(rec)] if with_hardware else parts)
 
 
 def _test_label(rec: Record) -> str:
-    node = str(rec.get("nodeid") or "")
-    return node.rsplit("::", 1)[-1] or json.dumps(rec.get("shape"), sort_keys=True)
+    """The test's parameters (``cpu-reference-L64-bf16``), which tell rows apart; its name does not."""
+    node = str(rec.get("nodeid") or "").rsplit("::", 1)[-1]
+    params = node.partition("[")[2].rstrip("]")
+    return params or node or json.dumps(rec.get("shape"), sort_keys=True)
 
 
 def _ints(values: Any) -> set[int]:
@@ -36,7 +37,9 @@ def _ints(values: Any) -> set[int]:
     return {int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def divergence_series(recs: list[Record]) -> list[tuple[str, dict[int, tuple[int, int]]]]:
+def divergence_series(
+    recs: list[Record], with_hardware: bool = True
+) -> list[tuple[str, dict[int, tuple[int, int]]]]:
     """Per (row, hardware, oracle): at each batch size, (configs that differed, configs known to test it).
 
     Tested sizes come from per-point data (``evidence.points``), ``evidence.batch_sizes`` /
@@ -45,6 +48,8 @@ def divergence_series(recs: list[Record]) -> list[tuple[str, dict[int, tuple[int
     """
     acc: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for rec in recs:
+        if rec["oracle"] == PERF:  # timings, not batch sizes that differed
+            continue
         ev, extra = rec["evidence"], rec["extra"]
         bad = _ints(ev.get("differing_batch_sizes"))
         tested = _ints(ev.get("batch_sizes")) | _ints(extra.get("batch_sizes"))
@@ -59,7 +64,7 @@ def divergence_series(recs: list[Record]) -> list[tuple[str, dict[int, tuple[int
                 tested.update((lo, hi))
         if not bad and not tested:
             continue
-        label = f"{_row_label(rec)} · {rec.get('oracle')}"
+        label = f"{_row_label(rec, with_hardware)} · {rec.get('oracle')}"
         for n in bad | tested:
             acc[label][n][1] += 1
             if n in bad:

@@ -32,7 +32,7 @@ def test_matrix_renders_and_prints_paths(tmp_path: Path, capsys: pytest.CaptureF
     path = _records_file(tmp_path, [rec(verdict="divergent"), rec(oracle="run-to-run")])
     assert main(["matrix", str(path), "--out", str(tmp_path / "m")]) == 0
     out = capsys.readouterr().out.split()
-    assert out == [str(tmp_path / "m" / f"matrix.{ext}") for ext in ("md", "html", "csv", "json")]
+    assert out == [str(tmp_path / "m" / name) for name in ("matrix.md", "matrix-full.md", "matrix.html", "matrix.csv", "matrix.json")]
     cells = json.loads((tmp_path / "m" / "matrix.json").read_text())["cells"]
     assert [(c["oracle"], c["verdict"]) for c in cells] == [
         ("batch-size", "divergent"),

@@ -79,8 +79,20 @@ def test_latest_record_wins_and_order_does_not_matter(tmp_path: Path) -> None:
         assert all(c["records"] == 1 for c in cells)
     a = render_matrix([old, new, other_hw], tmp_path / "a")
     b = render_matrix([other_hw, old, new], tmp_path / "b")
-    for ext in ("md", "html", "csv", "json"):
+    for ext in ("md", "full-md", "html", "csv", "json"):
         assert a[ext].read_bytes() == b[ext].read_bytes(), ext
+
+
+def test_a_later_run_of_a_test_supersedes_its_older_shapes() -> None:
+    """A suite whose defaults changed leaves no stale shape behind; one run's shapes all stay."""
+    old = rec(verdict="vacuous", shape={"max_tokens": 16}, nodeid="t::cache", time="2026-01-01T00:00:00Z", run_id="r1")
+    new = [rec(shape={"max_tokens": n}, nodeid="t::cache", time=f"2026-02-01T00:00:0{i}Z", run_id="r2")
+           for i, n in enumerate((48, 64))]  # fmt: skip
+    (cell,) = build_cells([old, *new])
+    assert cell["verdict"] == "invariant" and cell["records"] == 2
+    other_node = rec(verdict="divergent", shape={"max_tokens": 16}, nodeid="t::other", run_id="r1")
+    (cell,) = build_cells([old, *new, other_node])  # another node's older run is not superseded
+    assert cell["verdict"] == "divergent" and cell["records"] == 3
 
 
 def test_worst_verdict_across_shapes_decides_the_cell() -> None:
@@ -98,12 +110,25 @@ def test_worst_verdict_across_shapes_decides_the_cell() -> None:
     assert cell["nodeid"] == "t::b"
 
 
-def test_render_writes_four_files_with_cells(tmp_path: Path) -> None:
+def test_glance_markdown_puts_real_implementations_first_and_controls_apart(tmp_path: Path) -> None:
+    paths = render_matrix([*_records(), rec(implementation="mutant:splitk", verdict="divergent")], tmp_path)
+    md = paths["md"].read_text()
+    real, controls = md.index("## Real implementations"), md.index("## Positive controls")
+    assert real < controls
+    assert "| matmul | torch | fp32-ieee | ✘ size | ✘ size ✔ rerun |" in md[real:controls]
+    assert "| matmul | reference | fp32-ieee |  | ✔ size ✔ pos |" in md[real:controls]  # blank: not run
+    assert "| engine | bundled [default] | bf16 |" in md[controls:]  # designed to diverge: a control
+    assert "| matmul | mutant:splitk | fp32-ieee |  | ✘ size |" in md[controls:]
+    assert "✔ invariant · ✘ divergent · ∅ vacuous" in md and "size = batch-size" in md
+    assert "http://" not in md
+
+
+def test_render_writes_five_files_with_cells(tmp_path: Path) -> None:
     paths = render_matrix(_records(), tmp_path / "out")
-    assert sorted(paths) == ["csv", "html", "json", "md"]
+    assert sorted(paths) == ["csv", "full-md", "html", "json", "md"]
     assert all(p.is_file() and p.parent == tmp_path / "out" for p in paths.values())
 
-    md = paths["md"].read_text()
+    md = paths["full-md"].read_text()
     assert "Contract(s): **bitwise**" in md
     assert "| family | implementation | quantization | AMD EPYC 9654 | NVIDIA H200 |" in md
     row = next(line for line in md.splitlines() if line.startswith("| matmul | torch |"))
@@ -135,17 +160,19 @@ def test_render_writes_four_files_with_cells(tmp_path: Path) -> None:
 
 def test_html_is_self_contained_coloured_and_has_plots(tmp_path: Path) -> None:
     html = render_matrix(_records(), tmp_path)["html"].read_text()
-    assert "<link" not in html and "<script" not in html and "src=" not in html
+    assert "<link" not in html and "src=" not in html  # one file: inline CSS, SVG and filter script
     assert ".v-divergent { background: #ffcdd2; }" in html
-    assert '<td class="cell v-divergent"><div class="o v-divergent">batch-size: divergent (first N=16' in html
-    assert '<td class="cell v-vacuous">' in html
+    assert ('<td class="cell v-divergent" data-hw="NVIDIA H200"><details><summary>✘ size ✔ rerun</summary>'
+            '<div class="o v-divergent">batch-size: divergent (first N=16') in html  # fmt: skip
+    assert '<td class="cell v-vacuous"' in html
+    assert '<details class="controls"><summary>Positive controls</summary>' in html
     svgs = re.findall(r"<svg.*?</svg>", html, re.S)
     for svg in svgs:
         xml.dom.minidom.parseString(svg)  # well-formed
     titles = " ".join(svgs)
-    assert "Probe row differs from batch size 1 at N" in titles
-    assert "NVIDIA H200: first differing batch size (1 divergent)" in titles
-    assert "AMD EPYC 9654: first differing batch size (1 divergent)" in titles
+    assert "NVIDIA H200: probe row differs from batch size 1 at N" in titles
+    assert "NVIDIA H200: first differing batch size (1 divergent records)" in titles
+    assert "AMD EPYC 9654: first differing batch size (1 divergent records)" in titles
     assert "Batch sizes grouped by bit-identical probe output" in titles
     assert "Unique completions of one prompt" in titles
     assert "bundled [default] · NVIDIA H200 · unique-samples" in titles
@@ -167,7 +194,7 @@ def test_divergence_series_counts_configs() -> None:
 def test_every_output_prints_a_non_default_contract(tmp_path: Path) -> None:
     paths = render_matrix([rec(contract="ulp<=2"), rec(oracle="run-to-run")], tmp_path)
     assert "Contract(s): **bitwise, ulp<=2**" in paths["md"].read_text()
-    assert "batch-size: invariant (weakest 5/5 clean, rate < 0.43) [ulp<=2]" in paths["md"].read_text()
+    assert "batch-size: invariant (weakest 5/5 clean, rate < 0.43) [ulp<=2]" in paths["full-md"].read_text()
     assert "<b>bitwise, ulp&lt;=2</b>" in paths["html"].read_text()
     assert json.loads(paths["json"].read_text())["contracts"] == ["bitwise", "ulp<=2"]
     assert sorted(pd.read_csv(paths["csv"])["contract"]) == ["bitwise", "ulp<=2"]
