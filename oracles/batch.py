@@ -123,9 +123,14 @@ class OracleResult:
         if first.label:
             where.append(first.label)
         where.append(f"element {list(c.first_index) if c.first_index else '?'}")
+        # One definition of max ULP / max abs everywhere: over every differing comparison of every
+        # trial, as the evidence (and so the summary and the matrix) reports it.
+        diffs = [p.comparison for p in self.points if not p.comparison.equal]
+        ulp = max((d.max_ulp for d in diffs), default=c.max_ulp)
+        mabs = max((d.max_abs for d in diffs), default=c.max_abs)
         return (
-            f"{self.oracle}: first difference at {', '.join(where)} (trial {first.trial}); "
-            f"{c.n_diff}/{c.numel} elements differ, max ULP {c.max_ulp:g}, max abs {c.max_abs:.3g}; "
+            f"{self.oracle}: first difference at {', '.join(where)} (trial {first.trial}; there "
+            f"{c.n_diff}/{c.numel} elements differ); over all trials max ULP {ulp:g}, max abs {mabs:.3g}; "
             f"failures {self.failures}/{self.trials} [contract {self.contract}]"
         )
 

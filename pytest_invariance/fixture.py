@@ -17,10 +17,13 @@ from pytest_invariance.judge import EXPECTS, Control, InvarianceFailure, Observa
 from pytest_invariance.records import make_record
 from pytest_invariance.settings import Settings
 
-__all__ = ["EXPECTS", "Invariance", "InvarianceFailure", "Settings", "failure_message"]
+__all__ = ["DEFAULT_FAMILY", "EXPECTS", "Invariance", "InvarianceFailure", "Settings", "failure_message"]
 
 
-@dataclass
+DEFAULT_FAMILY = "custom"  # a user's own function, not one of the catalogue's families
+
+
+@dataclass(repr=False)
 class Invariance:
     """Per-test handle. Every check appends its record to ``records``."""
 
@@ -28,6 +31,9 @@ class Invariance:
     nodeid: str
     records: list[dict] = field(default_factory=list)
     markers: dict = field(default_factory=dict)  # defaults from @family(...) / @quant(...)
+
+    def __repr__(self) -> str:  # pytest prints a failing test's arguments: keep this one line
+        return f"<invariance {self.nodeid} profile={self.profile} trials={self.trials} records={len(self.records)}>"
 
     @property
     def profile(self) -> str:
@@ -53,18 +59,22 @@ class Invariance:
     # -- oracles over row callables -------------------------------------------------
     def batch(self, fn: Callable, inputs: Any, **kw: Any) -> dict:
         """``batch-size`` oracle: the probe row alone vs inside batches of N."""
+        __tracebackhide__ = True
         return self.check(fn, inputs, oracle="batch-size", **kw)
 
     def position(self, fn: Callable, inputs: Any, **kw: Any) -> dict:
         """``batch-position`` oracle: the probe row at positions {0, 1, mid, N-2, N-1}."""
+        __tracebackhide__ = True
         return self.check(fn, inputs, oracle="batch-position", **kw)
 
     def run_to_run(self, fn: Callable, inputs: Any, **kw: Any) -> dict:
         """``run-to-run`` oracle: the same call repeated."""
+        __tracebackhide__ = True
         return self.check(fn, inputs, oracle="run-to-run", **kw)
 
     def chunking(self, run: Callable, chunk_sizes: list[int], **kw: Any) -> dict:
         """``chunking`` oracle: ``run(None)`` whole vs ``run(c)`` chunked (``run`` may take ``seed=``)."""
+        __tracebackhide__ = True
         return self.check(run, None, oracle="chunking", chunk_sizes=chunk_sizes, **kw)
 
     def precision(
@@ -122,9 +132,9 @@ class Invariance:
         inputs: Any,
         *,
         oracle: str,
-        family: str,
-        implementation: str,
-        quantization: str,
+        family: str | None = None,
+        implementation: str | None = None,
+        quantization: str | None = None,
         dtype: Any = None,
         shape: Any = None,
         mode: str | None = None,
@@ -140,8 +150,13 @@ class Invariance:
         cost: dict | None = None,
         extra: dict | None = None,
     ) -> dict:
-        """Run ``oracle`` on ``fn`` (and on ``control``), then :func:`judge` records and enforces."""
+        """Run ``oracle`` on ``fn`` (and on ``control``), then :func:`judge` records and enforces.
+
+        ``family`` defaults to the test's ``@pytest.mark.family`` or ``custom``, ``implementation`` to
+        ``fn``'s name, ``quantization`` and ``dtype`` to those of the input rows."""
         __tracebackhide__ = True
+        from pytest_invariance.oracles.vocabulary import quantization_of
+
         if expect not in EXPECTS:
             raise ValueError(f"expect={expect!r}; expected one of {', '.join(EXPECTS)}")
         n_trials = trials or self.settings.trials
@@ -149,6 +164,11 @@ class Invariance:
         run = _OracleRun(oracle, contract, sizes, chunk_sizes, repeats or self.settings.repeats)
         result, error = run.trials(fn, inputs, self.settings.seed, n_trials)
         observed = Observation(result.diverged, result.evidence(), result.describe(), error=error)
+        dtype = dtype if dtype is not None else run.dtype
+        if quantization is None:
+            quantization = self.markers.get("quant") or (quantization_of(dtype) if dtype is not None else "unknown")
+        family = family or self.markers.get("family") or DEFAULT_FAMILY
+        implementation = implementation or getattr(fn, "__name__", None) or "custom"
         ctl = None
         if control is not None:
             cres, cerr = run.trials(control, inputs, self.settings.seed, n_trials)
@@ -189,6 +209,7 @@ class _OracleRun:
     batch_sizes: list[int]
     chunk_sizes: list[int] | None
     repeats: int
+    dtype: Any = None  # of the first trial's rows: the record's default dtype and quantization
 
     def trials(self, fn: Callable, inputs: Any, seed: int, n: int):
         """Run ``n`` trials with fresh inputs per trial; an exception marks the result incomplete."""
@@ -199,6 +220,8 @@ class _OracleRun:
         try:
             for t in range(n):
                 rows = inputs(seed + t) if callable(inputs) else inputs
+                if self.dtype is None:
+                    self.dtype = getattr(rows, "dtype", None)
                 runner = ORACLE_RUNNERS.get(self.oracle)
                 if runner is None:
                     raise ValueError(f"unknown oracle {self.oracle!r}; expected one of {', '.join(ORACLE_RUNNERS)}")

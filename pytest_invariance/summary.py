@@ -30,7 +30,8 @@ def _worst_evidence(recs: list[dict]) -> str:
     if first.get("batch_size") is not None:
         parts.append(f"first N={first['batch_size']}")
     if ev.get("max_ulp"):
-        parts.append(f"max ULP {ev['max_ulp']}")
+        ulp = ev["max_ulp"]
+        parts.append(f"max ULP {ulp:g}" if isinstance(ulp, (int, float)) else f"max ULP {ulp}")
     if ev.get("trials"):
         parts.append(f"{ev.get('failures', 0)}/{ev['trials']} trials")
     if ev.get("equivalence_classes"):
