@@ -112,7 +112,7 @@ class FakeServer:
                 self.close_connection = True
 
             def _never(self):
-                server._stop.wait(60)
+                server._stop.wait(3600)
 
             def _drip_bytes(self, data: bytes) -> None:
                 for i in range(len(data)):
