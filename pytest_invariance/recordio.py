@@ -153,6 +153,9 @@ def read_records(
             except json.JSONDecodeError as e:
                 problems.append(Problem(name, lineno, f"invalid JSON ({e.msg} at column {e.colno})"))
                 continue
+            except RecursionError:
+                problems.append(Problem(name, lineno, "invalid JSON (nested too deeply)"))
+                continue
             why = check_record(obj)
             if why is not None:
                 problems.append(Problem(name, lineno, why))

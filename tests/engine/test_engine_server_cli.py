@@ -76,3 +76,20 @@ def test_serve_subprocess_reports_its_settings() -> None:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def test_incomplete_model_config_names_the_key_and_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text('{"hidden_size": 64, "vocab_size": 256}')
+    assert serve_main(["--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"pytest-invariance serve: error: {tmp_path / 'config.json'}: missing key 'num_attention_heads'\n"
+
+
+def test_port_in_use_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert serve_main(["--port", str(port), "--log-level", "warning"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"pytest-invariance serve: error: cannot listen on 127.0.0.1:{port}: the port is already in use\n"
