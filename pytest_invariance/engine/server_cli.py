@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .server_app import DEFAULT_MAX_N, DEFAULT_MAX_QUEUE, create_app
+from .server_limits import ServerLimits, uvicorn_config
 
 
 class _ArgError(Exception):
@@ -35,6 +36,19 @@ def _positive(name: str) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
         if value < 1:
             raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(name: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, got {text!r}") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{name} must be > 0 seconds, got {text}")
         return value
 
     return parse
@@ -93,6 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-queue", type=int, default=DEFAULT_MAX_QUEUE, help="admitted requests beyond max-num-seqs"
     )
     p.add_argument("--max-n", type=_positive("--max-n"), default=DEFAULT_MAX_N)
+    p.add_argument("--header-timeout", type=_seconds("--header-timeout"), default=10.0, metavar="S",
+                   help="close a connection that has not sent a complete request head within S (default 10)")
+    p.add_argument("--body-timeout", type=_seconds("--body-timeout"), default=30.0, metavar="S",
+                   help="answer 408 to a request whose body is not complete S after its head (default 30)")
+    p.add_argument("--keep-alive-timeout", type=_seconds("--keep-alive-timeout"), default=5.0, metavar="S",
+                   help="close an idle keep-alive connection after S (default 5)")
+    p.add_argument("--max-connections", type=_positive("--max-connections"), default=None, metavar="N",
+                   help="open connections at most; at the cap the longest-idle one is closed for a new one "
+                   "(default: the file-descriptor limit minus 64, at most 4096)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -176,8 +199,8 @@ def serve_main(argv: list[str] | None = None) -> int:
         why = "the port is already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
         print(f"pytest-invariance serve: error: cannot listen on {args.host}:{args.port}: {why}", file=sys.stderr)
         return 1
-    uconfig = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-    server = uvicorn.Server(uconfig)
+    limits = ServerLimits(args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections)
+    server = uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, limits))
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

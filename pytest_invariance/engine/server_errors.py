@@ -93,6 +93,10 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(_req: Request, exc: Exception) -> JSONResponse:
+        # The exception goes to the log, never onto the wire; the connection is closed with the
+        # answer (announced, so a keep-alive client does not send its next request into a reset).
         log.exception("internal error")
         metrics.count_request("error_500")
-        return error_response(APIError(f"internal error: {exc!r}", status=500, type="server_error"))
+        err = APIError("internal error (logged by the server)", status=500, type="server_error",
+                       headers={"Connection": "close"})  # fmt: skip
+        return error_response(err)

@@ -58,7 +58,7 @@ def add_info_routes(app: FastAPI, ctx: ServerContext, bridge: AsyncEngine, metri
     """What a client reads about the server: health, version, models, configuration, metrics."""
     cfg = ctx.engine_config
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> Response:
         return Response(status_code=200 if bridge.alive else 503)
 

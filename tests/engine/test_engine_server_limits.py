@@ -1,0 +1,186 @@
+"""The server cannot be tied up: slow heads and bodies are cut off, idle connections cannot lock
+valid requests out under a low descriptor limit, hostile JSON is a 400 before any generation, a
+500 carries no exception text and announces the close, ``HEAD /health`` answers."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+requests = pytest.importorskip("requests")
+
+from pytest_invariance.engine.config import EngineConfig, ModelConfig  # noqa: E402
+from pytest_invariance.engine.server import ServerThread, create_app  # noqa: E402
+from pytest_invariance.engine.server_limits import ServerLimits  # noqa: E402
+
+TINY = dict(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128, dtype="float32")
+FAST = ServerLimits(header_timeout_s=1.0, body_timeout_s=1.0, keep_alive_s=1.0)
+
+
+def tiny_app():
+    return create_app(EngineConfig(model=ModelConfig(**TINY, max_position=256), max_num_seqs=4), max_queue=8)
+
+
+@pytest.fixture(scope="module")
+def base() -> str:
+    app = tiny_app()
+
+    async def boom() -> None:
+        raise RuntimeError("secret internals /etc/passwd")
+
+    app.add_api_route("/test-boom", boom, methods=["GET"])
+    with ServerThread(app, limits=FAST) as url:
+        yield url
+
+
+def _connect(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    return s
+
+
+def _read_all(s: socket.socket) -> bytes:
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data
+
+
+def test_slow_body_is_cut_off_with_408(base: str) -> None:
+    s = _connect(base)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 60\r\n\r\n")  # fmt: skip
+    t0 = time.monotonic()
+    for _ in range(4):  # a byte every 0.3 s, far short of 60 bytes in time
+        s.sendall(b"{")
+        time.sleep(0.3)
+    answer = _read_all(s)
+    took = time.monotonic() - t0
+    assert answer.startswith(b"HTTP/1.1 408") and b"connection: close" in answer.lower(), answer
+    assert took < 3, took
+
+
+def test_slow_head_and_idle_connections_are_closed(base: str) -> None:
+    drip, idle = _connect(base), _connect(base)
+    t0 = time.monotonic()
+    drip.sendall(b"GET /health HTTP/1.1\r\n")
+    for _ in range(3):
+        drip.sendall(b"X-A: b\r\n")
+        time.sleep(0.3)
+    assert _read_all(drip) == b"" and _read_all(idle) == b""  # closed without an answer
+    assert time.monotonic() - t0 < 3
+
+
+def test_hostile_json_is_400_before_generation(base: str) -> None:
+    before = requests.get(base + "/metrics", timeout=10).text
+    bodies = {
+        "deep": b'{"prompt": "x", "max_tokens": 1, "extra": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        "deeper": b"[" * 100_000 + b"]" * 100_000,
+        "prompt": b'{"prompt": "a\\ud800b", "max_tokens": 1}',
+        "model": b'{"prompt": "ab", "model": "\\udfff", "max_tokens": 1}',
+        "messages": b'{"messages": [{"role": "user", "content": "\\ud800"}], "max_tokens": 1}',
+        "key": b'{"\\ud800": 1, "prompt": "ab"}',
+        "rid": b'{"text": "ab", "rid": "\\ud83d", "sampling_params": {"max_new_tokens": 1}}',
+    }
+    for name, raw in bodies.items():
+        path = {"messages": "/v1/chat/completions", "rid": "/generate"}.get(name, "/v1/completions")
+        r = requests.post(base + path, data=raw, headers={"Content-Type": "application/json"}, timeout=10)
+        assert r.status_code == 400, (name, r.status_code, r.text[:200])
+        msg = r.json()["error"]["message"]
+        assert ("nested deeper" in msg) if name.startswith("deep") else ("lone surrogate" in msg), (name, msg)
+    after = requests.get(base + "/metrics", timeout=10).text
+    gen = [line for line in after.splitlines() if line.startswith("invariance_engine_generation_tokens_total")]
+    assert gen == [line for line in before.splitlines() if line.startswith("invariance_engine_generation_tokens_total")]
+
+
+def test_500_has_no_exception_text_and_closes(base: str) -> None:
+    s = _connect(base)
+    s.sendall(b"GET /test-boom HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = _read_all(s)
+    assert answer.startswith(b"HTTP/1.1 500") and b"connection: close" in answer.lower(), answer
+    assert b"secret" not in answer and b"RuntimeError" not in answer and b"internal error" in answer
+    assert requests.get(base + "/health", timeout=10).status_code == 200  # the server is fine
+
+
+def test_head_health(base: str) -> None:
+    r = requests.head(base + "/health", timeout=10)
+    assert r.status_code == 200 and r.content == b""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _limit_fds(n: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+    return apply
+
+
+FD_LIMIT = 256
+IDLE = 300  # more idle connections than the server has descriptors
+
+
+def test_idle_connections_beyond_the_fd_limit_do_not_lock_out_a_valid_request(tmp_path) -> None:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "pytest_invariance.engine.server", "--port", str(port), "--log-level", "warning",
+           "--header-timeout", "60"]  # fmt: skip
+    log = tmp_path / "server.log"
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ},
+                            preexec_fn=_limit_fds(FD_LIMIT))  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    idle: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if requests.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "server did not become healthy"
+            time.sleep(0.2)
+        for _ in range(IDLE):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(0.5)  # let the server accept them all
+        t0 = time.monotonic()
+        r = requests.post(base + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "temperature": 0},
+                          timeout=30)  # fmt: skip
+        took = time.monotonic() - t0
+        assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 2, r.text[:200]
+        assert took < 10, took
+        closed = sum(1 for s in idle if _closed(s))
+        assert closed >= IDLE - FD_LIMIT, closed  # the longest-idle ones made room
+        assert proc.poll() is None
+    finally:
+        for s in idle:
+            s.close()
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    out = log.read_text()
+    assert "Too many open files" not in out, out[-2000:]
+
+
+def _closed(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
