@@ -82,7 +82,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--invariance-request-deadline", dest="invariance_request_deadline", metavar="S",
                     type=_positive_seconds, default=None,
                     help="wall-clock bound on one request to a live engine, however it trickles "
-                    "(default: the read timeout plus 1 s per token requested)")
+                    "(default: the read timeout + 10 s + 1 s per token requested)")
     group.addoption("--invariance-api-key", dest="invariance_api_key", metavar="KEY", default=None,
                     help="bearer token sent to --invariance-url and --invariance-url-control")
     group.addoption("--invariance-model", dest="invariance_model", metavar="NAME", default=None,

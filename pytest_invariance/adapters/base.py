@@ -318,20 +318,21 @@ class Adapter(ABC):
         return results
 
 
-DEADLINE_PER_TOKEN_S = 1.0  # added to the read timeout per token requested, for the default deadline
+DEADLINE_SLACK_S = 10.0  # beyond the read timeout, so that silence is named a timeout, not the deadline
+DEADLINE_PER_TOKEN_S = 1.0  # per token requested
 
 
 def default_deadline(read_s: float, body: Any) -> float:
-    """The default wall-clock bound of one request: its read timeout plus
-    ``DEADLINE_PER_TOKEN_S`` per token it asks for (``max_tokens`` or SGLang's
-    ``max_new_tokens``), so a long decode is not cut off while a drip still is."""
+    """The default wall-clock bound of one request: its read timeout plus ``DEADLINE_SLACK_S`` plus
+    ``DEADLINE_PER_TOKEN_S`` per token it asks for (``max_tokens`` or SGLang's ``max_new_tokens``),
+    so a long decode is not cut off while a drip still is."""
     tokens = 0
     if isinstance(body, dict):
         sp = body.get("sampling_params")
         raw = body.get("max_tokens", sp.get("max_new_tokens") if isinstance(sp, dict) else None)
         if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
             tokens = raw
-    return read_s + DEADLINE_PER_TOKEN_S * tokens
+    return read_s + DEADLINE_SLACK_S + DEADLINE_PER_TOKEN_S * tokens
 
 
 def _decode(resp: requests.Response, url: str, expect_json: bool) -> Any:

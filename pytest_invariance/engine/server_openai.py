@@ -39,6 +39,7 @@ from .server_common import (
     sample_seed,
     sse,
     sse_response,
+    stop_ids,
     submit,
     until_disconnect,
 )
@@ -51,6 +52,17 @@ UNSUPPORTED = {
     "logit_bias": {},
     "min_tokens": 0,
 }
+
+
+GREEDY_BELOW = 1e-5  # vLLM's rule: a temperature this small samples greedily
+
+
+def _temperature(value: float | None) -> float:
+    """OpenAI's default 1.0; below ``GREEDY_BELOW`` greedy, as vLLM does, since dividing logits by a
+    subnormal temperature overflows to inf and the softmax to NaN (measured: token 0 every step)."""
+    if value is None:
+        return 1.0
+    return 0.0 if value < GREEDY_BELOW else value
 
 
 def _top_k(value: int | None) -> int | None:
@@ -217,11 +229,11 @@ async def completions(ctx: ServerContext, request: Request, body: Any) -> Respon
             index = p_idx * req.n + s
             params = make_params(
                 max_tokens=max_tokens,
-                temperature=1.0 if req.temperature is None else req.temperature,
+                temperature=_temperature(req.temperature),
                 top_p=req.top_p,
                 top_k=_top_k(req.top_k),
                 seed=sample_seed(req.seed, s),
-                stop_token_ids=tuple(req.stop_token_ids or ()),
+                stop_token_ids=stop_ids(ctx, req.stop_token_ids, "stop_token_ids"),
                 logprobs=req.logprobs,
                 prompt_logprobs=prompt_lp,
                 ignore_eos=req.ignore_eos,
@@ -334,11 +346,11 @@ async def chat_completions(ctx: ServerContext, request: Request, body: Any) -> R
     for s in range(req.n):
         params = make_params(
             max_tokens=max_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
+            temperature=_temperature(req.temperature),
             top_p=req.top_p,
             top_k=_top_k(req.top_k),
             seed=sample_seed(req.seed, s),
-            stop_token_ids=tuple(req.stop_token_ids or ()),
+            stop_token_ids=stop_ids(ctx, req.stop_token_ids, "stop_token_ids"),
             logprobs=k,
             prompt_logprobs=req.prompt_logprobs,
             ignore_eos=req.ignore_eos,

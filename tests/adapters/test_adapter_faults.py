@@ -93,9 +93,9 @@ def test_bad_url_is_one_line() -> None:
 def test_default_deadline_grows_with_tokens_requested() -> None:
     from pytest_invariance.adapters.base import default_deadline
 
-    assert default_deadline(120.0, {"max_tokens": 48}) == 168.0
-    assert default_deadline(120.0, {"sampling_params": {"max_new_tokens": 10}}) == 130.0
-    assert default_deadline(5.0, None) == 5.0
+    assert default_deadline(120.0, {"max_tokens": 48}) == 178.0
+    assert default_deadline(120.0, {"sampling_params": {"max_new_tokens": 10}}) == 140.0
+    assert default_deadline(5.0, None) == 15.0
 
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "suites" / "e2e"

@@ -184,3 +184,29 @@ def _closed(s: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/generate"])
+def test_stop_token_ids_capped_and_in_vocabulary(base: str, path: str) -> None:
+    def body(stops: list[int]) -> dict:
+        if path == "/generate":
+            return {"text": "hi", "sampling_params": {"max_new_tokens": 1, "stop_token_ids": stops}}
+        key = {"prompt": "hi"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "hi"}]}
+        return {**key, "max_tokens": 1, "stop_token_ids": stops}
+
+    for stops, says in (([1] * 257, "at most 256 stop token ids"), ([5, 10**9], "token id 1000000000 is outside")):
+        r = requests.post(base + path, json=body(stops), timeout=10)
+        assert r.status_code == 400 and says in r.json()["error"]["message"], r.text[:300]
+    assert requests.post(base + path, json=body([1] * 256), timeout=30).status_code == 200
+
+
+def test_subnormal_temperature_is_greedy_not_nan(base: str) -> None:
+    def ids(temperature: float) -> list[int]:
+        r = requests.post(base + "/v1/completions", json={"prompt": "Hello", "max_tokens": 8,
+                          "temperature": temperature, "seed": 1}, timeout=30)  # fmt: skip
+        assert r.status_code == 200, r.text[:300]
+        return r.json()["choices"][0]["token_ids"]
+
+    greedy = ids(0)
+    assert ids(1e-320) == greedy and ids(5e-6) == greedy
+    assert len(set(greedy)) > 1 or greedy[0] != 0  # not the NaN signature (token 0 every step)
