@@ -126,6 +126,7 @@ class AsyncEngine:
     def start(self) -> None:
         """Start the engine thread; must be called from the event loop that will serve requests."""
         self._loop = asyncio.get_running_loop()
+        self._publish_kv()
         self._thread = threading.Thread(target=self._thread_main, name="engine-loop", daemon=True)
         self._thread.start()
 
@@ -163,6 +164,11 @@ class AsyncEngine:
     def _release(self, k: int) -> None:
         self.inflight -= k
         self._publish_load()
+
+    def _publish_kv(self) -> None:
+        blocks = getattr(self.engine, "blocks", None)
+        if blocks is not None:
+            self.metrics.set_kv(blocks.num_free, blocks.num_blocks)
 
     def _publish_load(self) -> None:
         self.metrics.set_load(self.inflight, max(0, self.inflight - self.max_running))
@@ -304,6 +310,7 @@ class AsyncEngine:
                 stats = dict(self.engine.last_step_stats or {})
                 generated = sum(1 for o in outputs if o.token_id is not None and o.finish_reason != "abort")
                 self.metrics.observe_step(stats, generated)
+                self._publish_kv()
                 if outputs:
                     self._loop.call_soon_threadsafe(self._dispatch, outputs)
                 busy = self.engine.has_unfinished()

@@ -26,7 +26,7 @@ FAST = ServerLimits(header_timeout_s=1.0, body_timeout_s=1.0, keep_alive_s=1.0)
 
 
 def tiny_app():
-    return create_app(EngineConfig(model=ModelConfig(**TINY, max_position=256), max_num_seqs=4), max_queue=8)
+    return create_app(EngineConfig(model=ModelConfig(**TINY, max_position=1024), max_num_seqs=4), max_queue=8)
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +210,26 @@ def test_subnormal_temperature_is_greedy_not_nan(base: str) -> None:
     greedy = ids(0)
     assert ids(1e-320) == greedy and ids(5e-6) == greedy
     assert len(set(greedy)) > 1 or greedy[0] != 0  # not the NaN signature (token 0 every step)
+
+
+def _kv(base: str, idle: bool = False) -> dict:
+    info = requests.get(base + "/server_info", timeout=10).json()["kv_blocks"]
+    if idle:  # /metrics says the same (compared only at rest, where nothing moves in between)
+        text = requests.get(base + "/metrics", timeout=10).text
+        for key in ("free", "used", "total"):
+            assert f"invariance_engine_kv_blocks_{key} {info[key]}\n" in text + "\n", (key, info)
+    return info
+
+
+def test_kv_blocks_in_metrics_and_server_info_come_back_after_a_dropped_stream(base: str) -> None:
+    idle = _kv(base, idle=True)
+    assert idle["total"] > 0 and idle["free"] == idle["total"] and idle["used"] == 0
+    body = {"prompt": "x" * 20, "max_tokens": 1000, "temperature": 0, "ignore_eos": True, "stream": True}
+    with requests.post(base + "/v1/completions", json=body, stream=True, timeout=30) as r:
+        next(r.iter_lines())
+        assert _kv(base)["used"] > 0
+    deadline = time.monotonic() + 10
+    while _kv(base)["free"] != idle["total"]:
+        assert time.monotonic() < deadline, _kv(base)
+        time.sleep(0.05)
+    _kv(base, idle=True)
