@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from .argtypes import positive_seconds
 from .oracles.vocabulary import ENGINES, PROFILES
 
 RECORDS_ATTR = "invariance_records"
@@ -36,16 +37,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 
 
@@ -77,10 +68,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--invariance-expect", dest="invariance_expect", metavar="MATRIX.json", default=None,
                     help="fail the run when a cell that was invariant in MATRIX.json no longer is")
     group.addoption("--invariance-request-timeout", dest="invariance_request_timeout", metavar="S",
-                    type=_positive_seconds, default=None,
+                    type=positive_seconds("--invariance-request-timeout"), default=None,
                     help="longest wait for a live engine's next byte (read timeout, default 120 s)")
     group.addoption("--invariance-request-deadline", dest="invariance_request_deadline", metavar="S",
-                    type=_positive_seconds, default=None,
+                    type=positive_seconds("--invariance-request-deadline"), default=None,
                     help="wall-clock bound on one request to a live engine, however it trickles "
                     "(default: the read timeout + 10 s + 1 s per token requested)")
     group.addoption("--invariance-api-key", dest="invariance_api_key", metavar="KEY", default=None,
@@ -123,9 +114,9 @@ def adapter_options(config: pytest.Config) -> dict[str, Any]:
         value = option(config, name)
         if value is not None:
             try:
-                kw[key] = _positive_seconds(str(value))
+                kw[key] = positive_seconds(name)(str(value))
             except argparse.ArgumentTypeError as exc:
-                raise pytest.UsageError(f"{name}: {exc}") from None
+                raise pytest.UsageError(str(exc)) from None
     for name, key in (("invariance_api_key", "api_key"), ("invariance_model", "model")):
         value = option(config, name)
         if value:

@@ -4,14 +4,12 @@ valid requests out under a low descriptor limit, hostile JSON is a 400 before an
 
 from __future__ import annotations
 
-import os
 import resource
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
+from served import served
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -115,12 +113,6 @@ def test_head_health(base: str) -> None:
     assert r.status_code == 200 and r.content == b""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _limit_fds(n: int):
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
@@ -133,45 +125,26 @@ IDLE = 300  # more idle connections than the server has descriptors
 
 
 def test_idle_connections_beyond_the_fd_limit_do_not_lock_out_a_valid_request(tmp_path) -> None:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "pytest_invariance.engine.server", "--port", str(port), "--log-level", "warning",
-           "--header-timeout", "60"]  # fmt: skip
     log = tmp_path / "server.log"
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ},
-                            preexec_fn=_limit_fds(FD_LIMIT))  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
     idle: list[socket.socket] = []
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if requests.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "server did not become healthy"
-            time.sleep(0.2)
-        for _ in range(IDLE):
-            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
-        time.sleep(0.5)  # let the server accept them all
-        t0 = time.monotonic()
-        r = requests.post(base + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "temperature": 0},
-                          timeout=30)  # fmt: skip
-        took = time.monotonic() - t0
-        assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 2, r.text[:200]
-        assert took < 10, took
-        closed = sum(1 for s in idle if _closed(s))
-        assert closed >= IDLE - FD_LIMIT, closed  # the longest-idle ones made room
-        assert proc.poll() is None
-    finally:
-        for s in idle:
-            s.close()
-        proc.terminate()
+    with served(["--log-level", "warning", "--header-timeout", "60"], log, _limit_fds(FD_LIMIT)) as (base, proc):
+        port = int(base.rsplit(":", 1)[1])
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            for _ in range(IDLE):
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(0.5)  # let the server accept them all
+            t0 = time.monotonic()
+            r = requests.post(base + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "temperature": 0},
+                              timeout=30)  # fmt: skip
+            took = time.monotonic() - t0
+            assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 2, r.text[:200]
+            assert took < 10, took
+            closed = sum(1 for s in idle if _closed(s))
+            assert closed >= IDLE - FD_LIMIT, closed  # the longest-idle ones made room
+            assert proc.poll() is None
+        finally:
+            for s in idle:
+                s.close()
     out = log.read_text()
     assert "Too many open files" not in out, out[-2000:]
 
@@ -233,3 +206,21 @@ def test_kv_blocks_in_metrics_and_server_info_come_back_after_a_dropped_stream(b
         assert time.monotonic() < deadline, _kv(base)
         time.sleep(0.05)
     _kv(base, idle=True)
+
+
+def test_retry_after_grows_with_the_clients_already_waiting() -> None:
+    """Rejected clients get successive slots in the measured drain, not one shared fixed wait."""
+    cfg = EngineConfig(model=ModelConfig(**TINY, max_position=1024), max_num_seqs=1)
+    with ServerThread(create_app(cfg, max_queue=0, retry_after_s=0.01)) as url:
+        for _ in range(5):  # a drain rate to measure
+            assert requests.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 1}, timeout=30).ok
+        body = {"prompt": "x", "max_tokens": 1000, "temperature": 0, "ignore_eos": True, "stream": True}
+        with requests.post(url + "/v1/completions", json=body, stream=True, timeout=60) as r:
+            lines = r.iter_lines()
+            next(lines)
+            waits = []
+            for _ in range(6):
+                busy = requests.post(url + "/v1/completions", json={"prompt": "y", "max_tokens": 1}, timeout=30)
+                assert busy.status_code == 503 and busy.json()["error"]["code"] == "overloaded"
+                waits.append(int(busy.headers["retry-after-ms"]))
+    assert waits[-1] > 4 * waits[0], waits  # later clients wait longer (a fixed wait with jitter: at most 3x)

@@ -40,8 +40,8 @@ def test_records_line_nested_too_deeply_is_skipped(tmp_path: Path, capsys: pytes
         (["--invariance-url=not-a-url"], "--invariance-url: not a usable URL 'not-a-url'"),
         (["--invariance-url=http://127.0.0.1:99999"], "--invariance-url: not a usable URL"),
         (["--invariance-url-control=ftp://x"], "--invariance-url-control: not a usable URL"),
-        (["--invariance-request-deadline=0"], "expected a positive number of seconds"),
-        (["--invariance-request-timeout=soon"], "expected a number of seconds"),
+        (["--invariance-request-deadline=0"], "--invariance-request-deadline expects a positive number of seconds"),
+        (["--invariance-request-timeout=soon"], "--invariance-request-timeout expects a number of seconds"),
     ],
 )
 def test_bad_plugin_value_is_a_usage_error(pytester: pytest.Pytester, args: list[str], says: str) -> None:
@@ -57,7 +57,7 @@ def test_bad_ini_deadline_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "invariance_request_deadline: expected a positive number of seconds" in result.stderr.str()
+    assert "invariance_request_deadline expects a positive number of seconds" in result.stderr.str()
 
 
 def test_request_options_reach_the_adapter(pytester: pytest.Pytester) -> None:
