@@ -212,8 +212,9 @@ def test_retry_after_grows_with_the_clients_already_waiting() -> None:
     """Rejected clients get successive slots in the measured drain, not one shared fixed wait."""
     cfg = EngineConfig(model=ModelConfig(**TINY, max_position=1024), max_num_seqs=1)
     with ServerThread(create_app(cfg, max_queue=0, retry_after_s=0.01)) as url:
-        for _ in range(5):  # a drain rate to measure
-            assert requests.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 1}, timeout=30).ok
+        slow = {"prompt": "a", "max_tokens": 60, "ignore_eos": True}
+        for _ in range(5):  # a drain rate to measure, slow enough that each promised slot outlasts a request
+            assert requests.post(url + "/v1/completions", json=slow, timeout=30).ok
         body = {"prompt": "x", "max_tokens": 1000, "temperature": 0, "ignore_eos": True, "stream": True}
         with requests.post(url + "/v1/completions", json=body, stream=True, timeout=60) as r:
             lines = r.iter_lines()
