@@ -199,8 +199,10 @@ def test_kv_blocks_in_metrics_and_server_info_come_back_after_a_dropped_stream(b
     assert idle["total"] > 0 and idle["free"] == idle["total"] and idle["used"] == 0
     body = {"prompt": "x" * 20, "max_tokens": 1000, "temperature": 0, "ignore_eos": True, "stream": True}
     with requests.post(base + "/v1/completions", json=body, stream=True, timeout=30) as r:
-        next(r.iter_lines())
-        assert _kv(base)["used"] > 0
+        assert r.status_code == 200, r.text[:300]
+        first = next(r.iter_lines())
+        during = _kv(base)
+        assert during["used"] > 0, (during, first[:300])
     deadline = time.monotonic() + 10
     while _kv(base)["free"] != idle["total"]:
         assert time.monotonic() < deadline, _kv(base)
