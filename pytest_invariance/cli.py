@@ -79,7 +79,10 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     records = _read(args.records)
     from .matrix import render_matrix
 
-    paths = render_matrix(records, out)
+    try:
+        paths = render_matrix(records, out)
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot write there: {e.strerror or e}") from None
     for path in paths.values():
         print(path)
     return EXIT_OK

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(name: str) -> Callable[[str], float]:
+    """A parser of a finite number of seconds > 0; a bad value names the option ``name``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} expects a number of seconds, got {text!r}") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{name} expects a positive number of seconds, got {text!r}")
+        return value
+
+    return parse
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("invariance", "batch-invariance checks (pytest-invariance)")
     group.addoption("--invariance-url", dest="invariance_url", metavar="URL", default=None,
@@ -66,7 +82,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="base seed of the input generators (default 0)")
     group.addoption("--invariance-expect", dest="invariance_expect", metavar="MATRIX.json", default=None,
                     help="fail the run when a cell that was invariant in MATRIX.json no longer is")
+    group.addoption("--invariance-request-timeout", dest="invariance_request_timeout", metavar="S",
+                    type=positive_seconds("--invariance-request-timeout"), default=None,
+                    help="longest wait for a live engine's next byte (read timeout, default 120 s)")
+    group.addoption("--invariance-request-deadline", dest="invariance_request_deadline", metavar="S",
+                    type=positive_seconds("--invariance-request-deadline"), default=None,
+                    help="wall-clock bound on one request to a live engine, however it trickles "
+                    "(default: the read timeout + 10 s + 1 s per token requested)")
+    group.addoption("--invariance-api-key", dest="invariance_api_key", metavar="KEY", default=None,
+                    help="bearer token sent to --invariance-url and --invariance-url-control")
+    group.addoption("--invariance-model", dest="invariance_model", metavar="NAME", default=None,
+                    help="model name sent in each request (default: the first of the server's /v1/models)")
     parser.addini("invariance_url", "default --invariance-url", default=None)
+    parser.addini("invariance_request_timeout", "default --invariance-request-timeout (seconds)", default=None)
+    parser.addini("invariance_request_deadline", "default --invariance-request-deadline (seconds)", default=None)
+    parser.addini("invariance_api_key", "default --invariance-api-key", default=None)
+    parser.addini("invariance_model", "default --invariance-model", default=None)
     parser.addini("invariance_engine", "default --invariance-engine", default=None)
     parser.addini("invariance_records", "default --invariance-records", default=None)
     parser.addini("invariance_report", "default --invariance-report", default=None)
@@ -88,6 +119,39 @@ def option(config: pytest.Config, name: str) -> Any:
     return value
 
 
+
+
+def adapter_options(config: pytest.Config) -> dict[str, Any]:
+    """Keyword arguments for ``make_adapter`` from the request options and ini keys (a bad value is
+    a one-line usage error, raised at configure time)."""
+    kw: dict[str, Any] = {}
+    for name, key in (("invariance_request_timeout", "timeout_s"), ("invariance_request_deadline", "deadline_s")):
+        value = option(config, name)
+        if value is not None:
+            try:
+                kw[key] = positive_seconds(name)(str(value))
+            except argparse.ArgumentTypeError as exc:
+                raise pytest.UsageError(str(exc)) from None
+    for name, key in (("invariance_api_key", "api_key"), ("invariance_model", "model")):
+        value = option(config, name)
+        if value:
+            kw[key] = str(value)
+    return kw
+
+
+def check_url(name: str, url: str | None) -> None:
+    """A one-line usage error for a URL no request could be sent to (scheme and host are needed)."""
+    if not url:
+        return
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise pytest.UsageError(f"{name}: not a usable URL {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise pytest.UsageError(f"{name}: not a usable URL {url!r}: expected http://HOST[:PORT]")
 
 
 class InvarianceSession:
@@ -125,6 +189,9 @@ class InvarianceSession:
             seed=config.getoption("invariance_seed") or 0,
             limit=limit,
         )
+        self.adapter_options = adapter_options(config)
+        check_url("--invariance-url", option(config, "invariance_url"))
+        check_url("--invariance-url-control", config.getoption("invariance_url_control"))
         self.records_path = option(config, "invariance_records")
         self.report_dir = option(config, "invariance_report")
         self.expect_path = option(config, "invariance_expect")
@@ -132,6 +199,7 @@ class InvarianceSession:
         self.regressions: list[str] = []
         self.rendered: dict = {}
         self.problems: list[str] = []
+        self.write_failed = False
         if not self.is_worker:
             self._check_paths()
 
@@ -146,6 +214,8 @@ class InvarianceSession:
             except ExpectedMatrixError as exc:
                 raise pytest.UsageError(f"--invariance-expect: {exc}") from None
         if self.records_path:
+            if Path(self.records_path).is_dir():
+                raise pytest.UsageError(f"--invariance-records: {self.records_path} is a directory, not a file")
             parent = Path(self.records_path).resolve().parent
             try:
                 parent.mkdir(parents=True, exist_ok=True)
@@ -162,10 +232,15 @@ class InvarianceSession:
         if self.is_worker or not records:
             return
         self.records.extend(records)
-        if self.records_path:
+        if self.records_path and not self.write_failed:
             from pytest_invariance.recordio import append_records
 
-            append_records(self.records_path, records)
+            try:
+                append_records(self.records_path, records)
+            except OSError as exc:  # disk full, path replaced by a directory: say so once, keep running
+                self.write_failed = True
+                self.problems.append(f"cannot append to {self.records_path}: {exc.strerror or exc}; "
+                                     "later records are kept in memory only")  # fmt: skip
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
@@ -175,11 +250,13 @@ class InvarianceSession:
             from pytest_invariance.recordio import read_records
 
             records = self.records
-            if self.records_path and Path(self.records_path).is_file():
+            if self.records_path and Path(self.records_path).is_file() and not self.write_failed:
                 records, problems = read_records([self.records_path])
                 self.problems = [str(p) for p in problems]
             if records:
                 self.rendered = render_matrix(records, self.report_dir)
+        if self.write_failed and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.expect_path:
             from pytest_invariance.expect import compare_with_expected
 
@@ -195,7 +272,7 @@ class InvarianceSession:
         terminalreporter.write_sep("=", "invariance summary")
         for line in summary_lines(self.records):
             terminalreporter.write_line(line)
-        if self.records_path:
+        if self.records_path and not self.write_failed:
             terminalreporter.write_line(f"records appended to {self.records_path}")
         for problem in self.problems:
             terminalreporter.write_line(f"records file: {problem}", yellow=True)

@@ -134,6 +134,9 @@ def read_records(
             except json.JSONDecodeError as e:
                 problems.append(Problem(name, lineno, f"invalid JSON ({e.msg} at column {e.colno})"))
                 continue
+            except RecursionError:
+                problems.append(Problem(name, lineno, "invalid JSON (nested too deeply)"))
+                continue
             try:
                 records.append(parse_record(obj))
             except RecordError as e:

@@ -6,6 +6,11 @@ free loopback port from a thread. ``fault`` picks the misbehaviour of the genera
 (answer after ``delay_s``), ``http500``, ``busy`` (503 with Retry-After for the first
 ``busy_times`` requests, then ok), ``busy_forever``, ``missing`` (no ``token_ids``/``output_ids``),
 ``shape`` (``choices`` is an object, ``output_ids`` a string), ``html`` (200 with a non-JSON body).
+Transport faults: ``reset_mid_body`` / ``close_mid_body`` (headers and part of the body, then a
+reset or a clean close), ``never`` (read the request, never answer), ``drip`` / ``drip_headers``
+(one byte every ``drip_s``, in the body or in the headers), ``busy_bare`` (503 without
+Retry-After), ``malformed`` (truncated JSON), ``deep`` (JSON nested 100,000 deep), ``truncated_sse``
+(an event stream cut off mid-chunk).
 """
 
 from __future__ import annotations
@@ -16,14 +21,20 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("ok", "reset", "timeout", "http500", "busy", "busy_forever", "missing", "shape", "html")
+FAULTS = ("ok", "reset", "timeout", "http500", "busy", "busy_forever", "missing", "shape", "html",
+          "reset_mid_body", "close_mid_body", "never", "drip", "drip_headers", "busy_bare", "malformed",
+          "deep", "truncated_sse")  # fmt: skip
+
+
+_TRANSPORT = ("reset_mid_body", "close_mid_body", "never", "drip", "drip_headers", "busy_bare", "malformed",
+              "deep", "truncated_sse")  # fmt: skip
 
 
 class FakeServer:
-    def __init__(self, fault: str = "ok", delay_s: float = 5.0, busy_times: int = 1) -> None:
+    def __init__(self, fault: str = "ok", delay_s: float = 5.0, busy_times: int = 1, drip_s: float = 0.2) -> None:
         if fault not in FAULTS:
             raise ValueError(fault)
-        self.fault, self.delay_s, self.busy_times = fault, delay_s, busy_times
+        self.fault, self.delay_s, self.busy_times, self.drip_s = fault, delay_s, busy_times, drip_s
         self.requests = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -59,11 +70,9 @@ class FakeServer:
                     n = server.requests
                 f = server.fault
                 if f == "reset":
-                    self.connection.setsockopt(
-                        socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
-                    )
-                    self.connection.close()
-                    return
+                    return self._reset()
+                if f in _TRANSPORT:
+                    return getattr(self, "_" + f)()
                 if f == "timeout":
                     server._stop.wait(server.delay_s)
                 if f == "http500":
@@ -79,6 +88,74 @@ class FakeServer:
                 if self.path == "/generate":
                     return self._send(200, self._generate(body, f))
                 self._send(200, self._completion(body, f))
+
+            def _reset(self):
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )
+                self.connection.close()
+
+            def _part(self, ctype: str = "application/json", length: int = 1000) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(length))
+                self.end_headers()
+                self.wfile.write(b'{"choices": [{"text": "abc", ')
+                self.wfile.flush()
+
+            def _reset_mid_body(self):
+                self._part()
+                self._reset()
+
+            def _close_mid_body(self):
+                self._part()
+                self.close_connection = True
+
+            def _never(self):
+                server._stop.wait(3600)
+
+            def _drip_bytes(self, data: bytes) -> None:
+                for i in range(len(data)):
+                    if server._stop.wait(server.drip_s):
+                        return
+                    try:
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                    except OSError:
+                        return
+
+            def _drip(self):
+                body = json.dumps({"choices": [{"text": "x" * 200}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.flush()
+                self._drip_bytes(body)
+
+            def _drip_headers(self):
+                self._drip_bytes(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"X-Pad: " + b"a" * 200)
+
+            def _busy_bare(self):
+                self._send(503, {"error": {"message": "overloaded"}})
+
+            def _malformed(self):
+                self._send(200, b'{"choices": [{"text": "abc", "token_ids": [7, 8')
+
+            def _deep(self):
+                self._send(200, b"[" * 100_000 + b"]" * 100_000)
+
+            def _truncated_sse(self):
+                self.protocol_version = "HTTP/1.1"  # chunked framing is HTTP/1.1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                event = b'data: {"choices": [{"text": "a", "token_ids": [7]}]}\n\n'
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.write(b"%x\r\n%s" % (len(event), event[:10]))  # cut off mid-chunk
+                self.wfile.flush()
+                self.close_connection = True
 
             @staticmethod
             def _completion(body, f):

@@ -22,6 +22,8 @@ from typing import Any
 
 import requests
 
+from .transport import describe_failure, exchange, never_connected
+
 Prompt = str | list[int]
 
 INDEPENDENT = "independent"  # one HTTP connection per request, arrivals jittered
@@ -82,30 +84,6 @@ def _retry_after(resp: requests.Response) -> float | None:
         return None
 
 
-def _never_connected(exc: requests.ConnectionError) -> bool:
-    """True when the TCP connection was refused/unroutable, i.e. the server never saw the request."""
-    import urllib3.exceptions as u3
-
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        e = stack.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, (u3.NewConnectionError, ConnectionRefusedError)):
-            return True
-        stack.extend(
-            [
-                getattr(e, "reason", None),
-                e.__cause__,
-                e.__context__,
-                *[a for a in e.args if isinstance(a, BaseException)],
-            ]
-        )
-    return False
-
-
 class Progress:
     """Plain stderr progress for sweeps: ``\\r`` updates on a terminal, a few lines otherwise."""
 
@@ -151,13 +129,16 @@ class Adapter(ABC):
         retries: int = 3,
         api_key: str | None = None,
         model: str | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s  # None: default_deadline() of each request
         self.connect_timeout_s = connect_timeout_s
         self.retries = retries
         self.api_key = api_key
         self.model = model
+        self._unresponsive: AdapterError | None = None
 
     # -- transport ------------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
@@ -173,45 +154,39 @@ class Adapter(ABC):
         expect_json: bool = False,
     ) -> Any:
         """One HTTP exchange on a fresh connection; returns parsed JSON (or text for non-JSON unless
-        ``expect_json``)."""
+        ``expect_json``).
+
+        The one place where transport fails: whatever goes wrong (a bad URL, refused, reset, a body
+        cut short, a timeout, the deadline, an unparsable answer) leaves as an :class:`AdapterError`
+        naming the URL and what failed, in one line, so a sweep ends in an ``incomplete`` verdict
+        rather than a traceback. After a timeout or a missed deadline the target counts as
+        unresponsive: later requests fail at once with that reason, so a server that never answers
+        costs one deadline per adapter rather than one per request."""
         url = self.base_url + path
-        timeout = (self.connect_timeout_s, timeout_s or self.timeout_s)
+        if self._unresponsive is not None:
+            raise AdapterError(url, self._unresponsive.field, f"not sent: {self._unresponsive.message}")
+        read_s = timeout_s or self.timeout_s
+        deadline_s = self.deadline_s or default_deadline(read_s, body)
         for attempt in range(self.retries + 1):
             try:
-                resp = requests.request(method, url, json=body, headers=self._headers(), timeout=timeout)
-            except requests.Timeout as exc:
-                what = "connect" if isinstance(exc, requests.ConnectTimeout) else "response"
-                raise AdapterError(
-                    url, "timeout", f"no {what} within {timeout[0 if what == 'connect' else 1]:g} s"
-                ) from None
-            except requests.ConnectionError as exc:
-                if _never_connected(exc) and attempt < self.retries:
+                resp = exchange(method, url, body=body, headers=self._headers(),
+                                timeout=(self.connect_timeout_s, read_s), deadline_s=deadline_s)  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - every transport failure becomes one AdapterError
+                if never_connected(exc) and attempt < self.retries:
                     time.sleep(0.1 * 2**attempt)
                     continue
-                reason = (
-                    "connection refused"
-                    if _never_connected(exc)
-                    else "connection reset or closed mid-response"
-                )
-                raise AdapterError(url, "connection", reason) from None
+                err = AdapterError(url, *describe_failure(exc, self.connect_timeout_s, read_s))
+                if err.field in ("timeout", "deadline"):
+                    self._unresponsive = AdapterError(
+                        self.base_url, err.field, f"an earlier request to {url} failed: {err.message}"
+                    )
+                raise err from None
             if resp.status_code == 503 and attempt < self.retries:
                 wait = _retry_after(resp)
                 if wait is not None:
                     time.sleep(min(max(wait, 0.0), 5.0))
                     continue
-            if resp.status_code >= 400:
-                raise AdapterError(url, "status", f"HTTP {resp.status_code}: {_error_text(resp)}")
-            ctype = resp.headers.get("content-type", "")
-            if "json" not in ctype:
-                if expect_json:
-                    raise AdapterError(
-                        url, "body", f"expected JSON, got {ctype or 'no content type'}: {resp.text[:80]!r}"
-                    )
-                return resp.text
-            try:
-                return resp.json()
-            except ValueError:
-                raise AdapterError(url, "body", "response is not valid JSON") from None
+            return _decode(resp, url, expect_json)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def post(self, path: str, body: Any) -> Any:
@@ -267,6 +242,16 @@ class Adapter(ABC):
     def generate_list(self, prompts: Sequence[Prompt], params: GenParams) -> list[Completion]:
         """One request carrying a list of prompts; answers in input order."""
 
+    def _parsed(self, call: Any, *args: Any) -> Any:
+        """``call(*args)`` with an answer too malformed for the parser's own checks (a string where a
+        list of triples was due, say) turned into an AdapterError, so it too ends in a verdict."""
+        try:
+            return call(*args)
+        except AdapterError:
+            raise
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise AdapterError(self.base_url, "body", f"malformed answer: {type(exc).__name__}: {exc}") from None
+
     def generate(
         self,
         prompts: Sequence[Prompt],
@@ -286,7 +271,7 @@ class Adapter(ABC):
         if dispatch == LIST:
             if len({p for p in plist}) != 1:
                 raise ValueError("a list request carries one set of sampling parameters")
-            out = self.generate_list(list(prompts), plist[0])
+            out = self._parsed(self.generate_list, list(prompts), plist[0])
             if progress:
                 progress.advance(len(prompts))
             return out
@@ -309,7 +294,7 @@ class Adapter(ABC):
                 raise AdapterError(self.base_url, "cancelled", "an earlier request in this sweep failed")
             t0 = time.monotonic()
             try:
-                c = self.generate_one(prompts[i], plist[i])
+                c = self._parsed(self.generate_one, prompts[i], plist[i])
             except AdapterError:
                 cancelled.set()
                 raise
@@ -333,10 +318,42 @@ class Adapter(ABC):
         return results
 
 
+DEADLINE_SLACK_S = 10.0  # beyond the read timeout, so that silence is named a timeout, not the deadline
+DEADLINE_PER_TOKEN_S = 1.0  # per token requested
+
+
+def default_deadline(read_s: float, body: Any) -> float:
+    """The default wall-clock bound of one request: its read timeout plus ``DEADLINE_SLACK_S`` plus
+    ``DEADLINE_PER_TOKEN_S`` per token it asks for (``max_tokens`` or SGLang's ``max_new_tokens``),
+    so a long decode is not cut off while a drip still is."""
+    tokens = 0
+    if isinstance(body, dict):
+        sp = body.get("sampling_params")
+        raw = body.get("max_tokens", sp.get("max_new_tokens") if isinstance(sp, dict) else None)
+        if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+            tokens = raw
+    return read_s + DEADLINE_SLACK_S + DEADLINE_PER_TOKEN_S * tokens
+
+
+def _decode(resp: requests.Response, url: str, expect_json: bool) -> Any:
+    """The answer's JSON (or text); an error status or an unparsable body as an AdapterError."""
+    if resp.status_code >= 400:
+        raise AdapterError(url, "status", f"HTTP {resp.status_code}: {_error_text(resp)}")
+    ctype = resp.headers.get("content-type", "")
+    if "json" not in ctype:
+        if expect_json:
+            raise AdapterError(url, "body", f"expected JSON, got {ctype or 'no content type'}: {resp.text[:80]!r}")
+        return resp.text
+    try:
+        return resp.json()
+    except (ValueError, RecursionError):
+        raise AdapterError(url, "body", "response is not valid JSON") from None
+
+
 def _error_text(resp: requests.Response) -> str:
     try:
         body = resp.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return (resp.text or resp.reason or "")[:200]
     if isinstance(body, dict):
         err = body.get("error", body)

@@ -35,6 +35,7 @@ class Metrics:
         self.requests: dict[str, int] = {}
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        self.kv_free = self.kv_total = 0
 
     def observe_step(self, stats: Mapping[str, int], generated: int) -> None:
         """Record one engine step (``LLMEngine.last_step_stats``) and its generated tokens."""
@@ -60,6 +61,12 @@ class Metrics:
             self.requests[outcome] = self.requests.get(outcome, 0) + 1
             self.prompt_tokens += prompt_tokens
 
+    def set_kv(self, free: int, total: int) -> None:
+        """KV-cache blocks free and in all, after the latest engine step (a stream dropped mid-way
+        must give its blocks back: this is where that shows)."""
+        with self._lock:
+            self.kv_free, self.kv_total = free, total
+
     def set_load(self, inflight: int, queue_depth: int) -> None:
         """Sequences admitted and not finished, and how many of those exceed the running limit."""
         with self._lock:
@@ -80,6 +87,9 @@ class Metrics:
                 "requests": dict(self.requests),
                 "prompt_tokens": self.prompt_tokens,
                 "generation_tokens": self.generation_tokens,
+                "kv_blocks_free": self.kv_free,
+                "kv_blocks_used": self.kv_total - self.kv_free,
+                "kv_blocks_total": self.kv_total,
             }
 
     def render(self) -> str:
@@ -118,6 +128,9 @@ class Metrics:
                     self.queue_depth,
                 ),
                 ("inflight", "Admitted sequences not yet finished.", self.inflight),
+                ("kv_blocks_free", "KV-cache blocks free after the last engine step.", self.kv_free),
+                ("kv_blocks_used", "KV-cache blocks held after the last engine step.", self.kv_total - self.kv_free),
+                ("kv_blocks_total", "KV-cache blocks in all.", self.kv_total),
             ]
             for name, help_, value in gauges:
                 lines += [f"# HELP {p}_{name} {help_}", f"# TYPE {p}_{name} gauge", f"{p}_{name} {value}"]

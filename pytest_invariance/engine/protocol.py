@@ -200,9 +200,45 @@ def parse_json_body(raw: bytes) -> Any:
         raise ValueError(f"{name} is not valid JSON")
 
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        obj = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as e:
         raise APIError(f"malformed JSON body: {e}", param="body", code="json_invalid") from None
+    except RecursionError:
+        raise APIError(f"JSON body nested deeper than {MAX_JSON_DEPTH} levels", param="body",
+                       code="json_invalid") from None  # fmt: skip
+    check_json_tree(obj)
+    return obj
+
+
+MAX_JSON_DEPTH = 32  # the deepest valid body (chat messages with content parts) is 5
+
+
+def check_json_tree(obj: Any) -> None:
+    """A 400 for a body nested deeper than ``MAX_JSON_DEPTH`` or holding a string that is not valid
+    Unicode text (a lone surrogate such as ``"\\ud800"``), checked before any field is used, so that
+    neither can reach validation or generation (each gave a 500, one after a full generation)."""
+    stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise APIError(f"JSON body nested deeper than {MAX_JSON_DEPTH} levels", param="body", code="json_invalid")
+        if isinstance(node, str):
+            _check_text(node, path)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                sub = f"{path}.{key}" if path else str(key)
+                _check_text(key, sub)
+                stack.append((value, sub, depth + 1))
+        elif isinstance(node, list):
+            stack.extend((value, f"{path}.{i}" if path else str(i), depth + 1) for i, value in enumerate(node))
+
+
+def _check_text(text: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        where = path.encode("utf-8", "backslashreplace").decode("utf-8") or "body"
+        raise APIError(f"invalid text in '{where}': lone surrogate at character {e.start}", param=where) from None
 
 
 def validate(model: type[BaseModel], payload: Any) -> Any:

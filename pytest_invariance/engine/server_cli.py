@@ -6,13 +6,17 @@ Bad flags are one line on stderr and status 2; a port that cannot be bound is on
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import os
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from .server_app import DEFAULT_MAX_N, DEFAULT_MAX_QUEUE, create_app
+from .server_limits import ServerLimits, uvicorn_config
 
 
 class _ArgError(Exception):
@@ -32,6 +36,21 @@ def _positive(name: str) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
         if value < 1:
             raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(name: str) -> Callable[[str], float]:
+    # The plugin has its twin (plugin.positive_seconds): the layer rules keep the engine from
+    # importing the plugin, and nothing both may import is a home for a parser.
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, got {text!r}") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{name} must be > 0 seconds, got {text}")
         return value
 
     return parse
@@ -90,15 +109,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-queue", type=int, default=DEFAULT_MAX_QUEUE, help="admitted requests beyond max-num-seqs"
     )
     p.add_argument("--max-n", type=_positive("--max-n"), default=DEFAULT_MAX_N)
+    p.add_argument("--header-timeout", type=_seconds("--header-timeout"), default=10.0, metavar="S",
+                   help="close a connection that has not sent a complete request head within S (default 10)")
+    p.add_argument("--body-timeout", type=_seconds("--body-timeout"), default=30.0, metavar="S",
+                   help="answer 408 to a request whose body is not complete S after its head (default 30)")
+    p.add_argument("--keep-alive-timeout", type=_seconds("--keep-alive-timeout"), default=5.0, metavar="S",
+                   help="close an idle keep-alive connection after S (default 5)")
+    p.add_argument("--max-connections", type=_positive("--max-connections"), default=None, metavar="N",
+                   help="open connections at most; at the cap the longest-idle one is closed for a new one "
+                   "(default: the file-descriptor limit minus 64, at most 4096)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
 
+def _model_from_dir(path: str) -> Any:
+    """``ModelConfig.from_hf_dir`` with an unusable config.json named with its file and key."""
+    from .config import ModelConfig
+
+    where = os.path.join(path, "config.json")
+    try:
+        return ModelConfig.from_hf_dir(path)
+    except KeyError as e:
+        raise ValueError(f"{where}: missing key {e.args[0]!r}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except (TypeError, ValueError, AttributeError, RecursionError) as e:
+        raise ValueError(f"{where}: unusable value ({type(e).__name__}: {e})") from None
+
+
 def engine_config_from_args(args: argparse.Namespace) -> Any:
     """An ``EngineConfig`` from parsed flags; ValueError/OSError for anything unusable."""
-    import os
-
-    from .config import PRESETS, EngineConfig, ModelConfig
+    from .config import PRESETS, EngineConfig
 
     if args.device != "cpu" and not (args.device == "cuda" or args.device.startswith("cuda:")):
         raise ValueError(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
@@ -111,7 +152,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
     if args.model is not None:
         if not os.path.isfile(os.path.join(args.model, "config.json")):
             raise ValueError(f"--model {args.model!r}: no config.json in that directory")
-        model = ModelConfig.from_hf_dir(args.model)
+        model = _model_from_dir(args.model)
     if args.dtype:
         model.dtype = DTYPES[args.dtype]
     if args.max_queue < 0:
@@ -154,18 +195,38 @@ def serve_main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    uconfig = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-    server = uvicorn.Server(uconfig)
     try:
-        server.run()
+        sock = listen_socket(args.host, args.port)
+    except OSError as e:
+        why = "the port is already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+        print(f"pytest-invariance serve: error: cannot listen on {args.host}:{args.port}: {why}", file=sys.stderr)
+        return 1
+    limits = ServerLimits(args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections)
+    server = uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, limits))
+    try:
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
-    except (OSError, SystemExit) as e:  # uvicorn exits on a port it cannot bind
-        print(
-            f"pytest-invariance serve: error: cannot serve on {args.host}:{args.port} ({e})", file=sys.stderr
-        )
+    except (OSError, SystemExit) as e:
+        print(f"pytest-invariance serve: error: cannot serve on {args.host}:{args.port} ({e})", file=sys.stderr)
         return 1
+    finally:
+        sock.close()
     return 0 if server.started else 1
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The server's bound socket, bound here so that a port in use is one clear line, not uvicorn's
+    log and exit status."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def serve(argv: list[str] | None = None) -> int:

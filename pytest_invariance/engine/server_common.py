@@ -89,6 +89,21 @@ def check_token_ids(ctx: ServerContext, ids: list[int], param: str) -> list[int]
     return list(ids)
 
 
+MAX_STOP_TOKEN_IDS = 256  # each is checked per generated token on the engine thread
+
+
+def stop_ids(ctx: ServerContext, ids: list[int] | None, param: str) -> tuple[int, ...]:
+    """``stop_token_ids`` as the engine takes them: at most ``MAX_STOP_TOKEN_IDS``, each in the
+    vocabulary (an id the model cannot produce is a mistake, not a no-op)."""
+    ids = list(ids or ())
+    if len(ids) > MAX_STOP_TOKEN_IDS:
+        raise APIError(f"at most {MAX_STOP_TOKEN_IDS} stop token ids, got {len(ids)}", param=param)
+    bad = next((t for t in ids if not 0 <= t < ctx.vocab_size), None)
+    if bad is not None:
+        raise APIError(f"token id {bad} is outside the vocabulary [0, {ctx.vocab_size})", param=param)
+    return tuple(ids)
+
+
 def encode_text(ctx: ServerContext, text: str, param: str) -> list[int]:
     """Tokenize a text prompt; empty text (or text that tokenizes to nothing) is refused."""
     if text == "":

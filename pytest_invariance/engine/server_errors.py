@@ -68,9 +68,10 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     @app.exception_handler(Overloaded)
     async def _overloaded(_req: Request, exc: Overloaded) -> JSONResponse:
         # Retry-After is whole seconds; retry-after-ms (honoured by the openai client) is jittered
-        # so that a burst of rejected clients does not come back as one synchronized wave.
+        # upward only: the wait is already each client's own slot in the drain (AsyncEngine
+        # ._retry_after), and a client back early would only be rejected again.
         secs = max(1, math.ceil(exc.retry_after_s))
-        jittered_ms = exc.retry_after_s * 1000 * random.uniform(0.5, 1.5)
+        jittered_ms = exc.retry_after_s * 1000 * random.uniform(1.0, 1.25)
         headers = {"Retry-After": str(secs), "retry-after-ms": str(max(1, int(jittered_ms)))}
         return error_response(
             APIError(str(exc), status=503, type="server_overloaded", code="overloaded", headers=headers)
@@ -93,6 +94,10 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(_req: Request, exc: Exception) -> JSONResponse:
+        # The exception goes to the log, never onto the wire; the connection is closed with the
+        # answer (announced, so a keep-alive client does not send its next request into a reset).
         log.exception("internal error")
         metrics.count_request("error_500")
-        return error_response(APIError(f"internal error: {exc!r}", status=500, type="server_error"))
+        err = APIError("internal error (logged by the server)", status=500, type="server_error",
+                       headers={"Connection": "close"})  # fmt: skip
+        return error_response(err)

@@ -40,6 +40,7 @@ from .server_common import (
     sample_seed,
     sse,
     sse_response,
+    stop_ids,
     submit,
     until_disconnect,
 )
@@ -192,7 +193,7 @@ async def generate(ctx: ServerContext, request: Request, body: Any) -> Response:
                 top_p=sp.top_p,
                 top_k=-1 if sp.top_k == 0 else sp.top_k,
                 seed=sample_seed(sp.sampling_seed, s),
-                stop_token_ids=tuple(sp.stop_token_ids or ()),
+                stop_token_ids=stop_ids(ctx, sp.stop_token_ids, f"{param}.stop_token_ids"),
                 logprobs=top_ns[i] if want_lp else None,
                 prompt_logprobs=top_ns[i] if start >= 0 else None,
                 ignore_eos=bool(sp.ignore_eos),

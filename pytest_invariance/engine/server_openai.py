@@ -8,7 +8,7 @@ lossy by nature (a lone byte of a multi-byte character decodes to U+FFFD); ids a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -39,6 +39,7 @@ from .server_common import (
     sample_seed,
     sse,
     sse_response,
+    stop_ids,
     submit,
     until_disconnect,
 )
@@ -51,6 +52,17 @@ UNSUPPORTED = {
     "logit_bias": {},
     "min_tokens": 0,
 }
+
+
+GREEDY_BELOW = 1e-5  # vLLM's rule: a temperature this small samples greedily
+
+
+def _temperature(value: float | None) -> float:
+    """OpenAI's default 1.0; below ``GREEDY_BELOW`` greedy, as vLLM does, since dividing logits by a
+    subnormal temperature overflows to inf and the softmax to NaN (measured: token 0 every step)."""
+    if value is None:
+        return 1.0
+    return 0.0 if value < GREEDY_BELOW else value
 
 
 def _top_k(value: int | None) -> int | None:
@@ -98,16 +110,38 @@ def _envelope(
     return {"id": cid, "object": obj, "created": ctx.created, "model": model, "choices": choices, **extra}
 
 
-def _chunker(ctx: ServerContext, cid: str, obj: str, model: str, include_usage: bool) -> Callable[..., str]:
-    """One SSE chunk per call; ``usage`` is a key of every chunk when the client asked for it."""
+def _stream(
+    ctx: ServerContext,
+    stream_options: Any,
+    streams: list[Any],
+    results: list[SequenceResult],
+    envelope: tuple[str, str, str],  # id, object, model
+    choice: Callable[[SequenceResult, Any, Any], dict[str, Any]],
+    opening: Sequence[tuple[list[dict[str, Any]], dict[str, Any]]] = (),
+) -> Response:
+    """The streaming tail both routes share: ``opening`` chunks, then one chunk per engine output
+    (``choice`` feeds the output to its result and builds the route's choice), then a usage chunk
+    when the client asked for one (``usage`` is then a key of every chunk, as OpenAI sends it)."""
+    include_usage = bool(stream_options and stream_options.include_usage)
 
     def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None, **extra: Any) -> str:
-        payload = _envelope(ctx, cid, obj, model, choices, **extra)
+        payload = _envelope(ctx, *envelope, choices, **extra)
         if include_usage:
             payload["usage"] = usage
         return sse(payload)
 
-    return chunk
+    async def events() -> AsyncIterator[str]:
+        for choices, extra in opening:
+            yield chunk(choices, **extra)
+        async for i, out in merged(streams):
+            r = results[i]
+            if r.done:
+                continue
+            yield chunk([choice(r, out, streams[i])])
+        if include_usage:
+            yield chunk([], _usage(results))
+
+    return sse_response(streams, events())
 
 
 class _LegacyLogprobs:
@@ -195,11 +229,11 @@ async def completions(ctx: ServerContext, request: Request, body: Any) -> Respon
             index = p_idx * req.n + s
             params = make_params(
                 max_tokens=max_tokens,
-                temperature=1.0 if req.temperature is None else req.temperature,
+                temperature=_temperature(req.temperature),
                 top_p=req.top_p,
                 top_k=_top_k(req.top_k),
                 seed=sample_seed(req.seed, s),
-                stop_token_ids=tuple(req.stop_token_ids or ()),
+                stop_token_ids=stop_ids(ctx, req.stop_token_ids, "stop_token_ids"),
                 logprobs=req.logprobs,
                 prompt_logprobs=prompt_lp,
                 ignore_eos=req.ignore_eos,
@@ -236,50 +270,38 @@ async def completions(ctx: ServerContext, request: Request, body: Any) -> Respon
             choices.append(choice)
         return JSONResponse(_envelope(ctx, cid, "text_completion", model, choices, usage=_usage(results)))
 
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    chunk = _chunker(ctx, cid, "text_completion", model, include_usage)
+    started: set[int] = set()
 
-    async def events() -> AsyncIterator[str]:
-        started = [False] * len(results)
-        async for i, out in merged(streams):
-            r = results[i]
-            if r.done:
-                continue
-            head_text = ""
-            head: dict[str, Any] = {}
-            if not started[i]:
-                started[i] = True
-                head = {"prompt_token_ids": r.prompt_ids}
-                if req.echo:
-                    head_text = ctx.tokenizer.decode(r.prompt_ids)
-                if req.prompt_logprobs is not None:
-                    r.prompt_logprobs = out.prompt_logprobs
-                    r.prompt_top_logprobs = getattr(out, "prompt_top_logprobs", None)
-                    head["prompt_logprobs"] = _vllm_prompt_logprobs(ctx, r)
-            n_before = len(r.token_ids)
-            delta, new = r.feed(out, streams[i])
-            logprobs = None
-            if req.logprobs is not None and new:
-                logprobs = legacy.build(
-                    r.token_ids[n_before:], r.logprobs[n_before:], r.top_logprobs[n_before:], 0
-                )
-            yield chunk(
-                [
-                    {
-                        "index": r.index,
-                        "text": head_text + delta,
-                        "logprobs": logprobs,
-                        "finish_reason": r.finish_reason,
-                        "stop_reason": _stop_reason(r) if r.done else None,
-                        "token_ids": r.token_ids[n_before:],
-                        **head,
-                    }
-                ]
+    def choice(r: SequenceResult, out: Any, stream: Any) -> dict[str, Any]:
+        head_text = ""
+        head: dict[str, Any] = {}
+        if r.index not in started:
+            started.add(r.index)
+            head = {"prompt_token_ids": r.prompt_ids}
+            if req.echo:
+                head_text = ctx.tokenizer.decode(r.prompt_ids)
+            if req.prompt_logprobs is not None:
+                r.prompt_logprobs = out.prompt_logprobs
+                r.prompt_top_logprobs = getattr(out, "prompt_top_logprobs", None)
+                head["prompt_logprobs"] = _vllm_prompt_logprobs(ctx, r)
+        n_before = len(r.token_ids)
+        delta, new = r.feed(out, stream)
+        logprobs = None
+        if req.logprobs is not None and new:
+            logprobs = legacy.build(
+                r.token_ids[n_before:], r.logprobs[n_before:], r.top_logprobs[n_before:], 0
             )
-        if include_usage:
-            yield chunk([], _usage(results))
+        return {
+            "index": r.index,
+            "text": head_text + delta,
+            "logprobs": logprobs,
+            "finish_reason": r.finish_reason,
+            "stop_reason": _stop_reason(r) if r.done else None,
+            "token_ids": r.token_ids[n_before:],
+            **head,
+        }
 
-    return sse_response(streams, events())
+    return _stream(ctx, req.stream_options, streams, results, (cid, "text_completion", model), choice)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,11 +346,11 @@ async def chat_completions(ctx: ServerContext, request: Request, body: Any) -> R
     for s in range(req.n):
         params = make_params(
             max_tokens=max_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
+            temperature=_temperature(req.temperature),
             top_p=req.top_p,
             top_k=_top_k(req.top_k),
             seed=sample_seed(req.seed, s),
-            stop_token_ids=tuple(req.stop_token_ids or ()),
+            stop_token_ids=stop_ids(ctx, req.stop_token_ids, "stop_token_ids"),
             logprobs=k,
             prompt_logprobs=req.prompt_logprobs,
             ignore_eos=req.ignore_eos,
@@ -367,54 +389,33 @@ async def chat_completions(ctx: ServerContext, request: Request, body: Any) -> R
             payload["prompt_logprobs"] = _vllm_prompt_logprobs(ctx, results[0])
         return JSONResponse(payload)
 
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    chunk = _chunker(ctx, cid, "chat.completion.chunk", model, include_usage)
+    opening = [
+        ([{"index": r.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+           "finish_reason": None}], {"prompt_token_ids": ids if r.index == 0 else None})
+        for r in results
+    ]  # fmt: skip
 
-    async def events() -> AsyncIterator[str]:
-        for r in results:
-            yield chunk(
-                [
-                    {
-                        "index": r.index,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                ],
-                prompt_token_ids=ids if r.index == 0 else None,
-            )
-        async for i, out in merged(streams):
-            r = results[i]
-            if r.done:
-                continue
-            n_before = len(r.token_ids)
-            delta, new = r.feed(out, streams[i])
-            logprobs = None
-            if k is not None and new:
-                logprobs = {
-                    "content": [
-                        _chat_logprob_entry(ctx, t, lp, top)
-                        for t, lp, top in zip(
-                            r.token_ids[n_before:],
-                            r.logprobs[n_before:],
-                            r.top_logprobs[n_before:],
-                            strict=True,
-                        )
-                    ]
-                }
-            yield chunk(
-                [
-                    {
-                        "index": r.index,
-                        "delta": {"content": delta} if delta or not r.done else {},
-                        "logprobs": logprobs,
-                        "finish_reason": r.finish_reason,
-                        "stop_reason": _stop_reason(r) if r.done else None,
-                        "token_ids": r.token_ids[n_before:],
-                    }
+    def choice(r: SequenceResult, out: Any, stream: Any) -> dict[str, Any]:
+        n_before = len(r.token_ids)
+        delta, new = r.feed(out, stream)
+        logprobs = None
+        if k is not None and new:
+            logprobs = {
+                "content": [
+                    _chat_logprob_entry(ctx, t, lp, top)
+                    for t, lp, top in zip(
+                        r.token_ids[n_before:], r.logprobs[n_before:], r.top_logprobs[n_before:], strict=True
+                    )
                 ]
-            )
-        if include_usage:
-            yield chunk([], _usage(results))
+            }
+        return {
+            "index": r.index,
+            "delta": {"content": delta} if delta or not r.done else {},
+            "logprobs": logprobs,
+            "finish_reason": r.finish_reason,
+            "stop_reason": _stop_reason(r) if r.done else None,
+            "token_ids": r.token_ids[n_before:],
+        }
 
-    return sse_response(streams, events())
+    return _stream(ctx, req.stream_options, streams, results,
+                   (cid, "chat.completion.chunk", model), choice, opening)  # fmt: skip

@@ -58,7 +58,7 @@ def add_info_routes(app: FastAPI, ctx: ServerContext, bridge: AsyncEngine, metri
     """What a client reads about the server: health, version, models, configuration, metrics."""
     cfg = ctx.engine_config
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> Response:
         return Response(status_code=200 if bridge.alive else 503)
 
@@ -81,6 +81,7 @@ def add_info_routes(app: FastAPI, ctx: ServerContext, bridge: AsyncEngine, metri
 
     async def server_info() -> dict[str, Any]:
         info = await bridge.call(lambda e: e.info())
+        snap = metrics.snapshot()
         return {
             "version": __version__,
             "model_path": cfg.model_path,
@@ -93,7 +94,8 @@ def add_info_routes(app: FastAPI, ctx: ServerContext, bridge: AsyncEngine, metri
             "max_model_len": ctx.max_model_len,
             **settings,
             **info,
-            "metrics": metrics.snapshot(),
+            "metrics": snap,
+            "kv_blocks": {k: snap[f"kv_blocks_{k}"] for k in ("free", "used", "total")},
         }
 
     app.add_api_route("/server_info", server_info, methods=["GET"], include_in_schema=False)

@@ -7,6 +7,8 @@ import time
 
 from fastapi import FastAPI
 
+from .server_limits import ServerLimits, uvicorn_config
+
 
 class ServerThread:
     """Serve an app from a background thread on a free loopback port (tests, in-process sweeps).
@@ -15,10 +17,17 @@ class ServerThread:
     stops it (lifespan shutdown included) on exit.
     """
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        startup_timeout_s: float = 60.0,
+        limits: ServerLimits | None = None,
+    ):
         import uvicorn
 
-        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self._server = uvicorn.Server(uvicorn_config(app, host, port, "warning", limits))
         self._timeout = startup_timeout_s
         self._thread: threading.Thread | None = None
         self.base_url = ""

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_invariance.adapters import AdapterError, make_adapter
 from pytest_invariance.e2e import Target
-from pytest_invariance.plugin import option
+from pytest_invariance.plugin import adapter_options, option
 
 HERE = Path(__file__).resolve().parent
 
@@ -49,11 +49,11 @@ def _dispatch(config: pytest.Config) -> str:
 
 
 def _connect(config: pytest.Config, url: str, engine: str, role: str, expected: str) -> Target:
-    adapter = make_adapter(engine, url, retries=2)
+    adapter = make_adapter(engine, url, retries=2, **adapter_options(config))
     try:
         adapter.get("/v1/models" if engine != "sglang" else "/model_info", timeout_s=15)
     except AdapterError as exc:
-        if exc.field in ("connection", "timeout"):
+        if exc.field in ("connection", "timeout", "deadline", "url", "transport"):
             flag = "--invariance-url" if role == "target" else "--invariance-url-control"
             pytest.fail(f"{flag} {url} is unreachable: {exc}", pytrace=False)
     t = Target(adapter, role, expected, dispatch=_dispatch(config))

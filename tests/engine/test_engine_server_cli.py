@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
-import time
 
 import pytest
+from served import served
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -42,37 +39,29 @@ def test_defaults_bind_loopback() -> None:
     assert args.host == "127.0.0.1" and args.api_key is None and not args.batch_invariant
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_serve_subprocess_reports_its_settings() -> None:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "pytest_invariance.engine.server", "--port", str(port), "--batch-invariant",
-           "--max-num-seqs", "4", "--chunk-size", "32", "--prefix-cache", "--api-key", "k", "--log-level", "warning"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode()
-            try:
-                if requests.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "server did not become healthy"
-            time.sleep(0.2)
+def test_serve_subprocess_reports_its_settings(tmp_path) -> None:
+    args = ["--batch-invariant", "--max-num-seqs", "4", "--chunk-size", "32", "--prefix-cache", "--api-key", "k",
+            "--log-level", "warning"]  # fmt: skip
+    with served(args, tmp_path / "server.log") as (base, _proc):
         assert requests.get(base + "/server_info", timeout=10).status_code == 401
         info = requests.get(base + "/server_info", headers={"Authorization": "Bearer k"}, timeout=30).json()
         assert info["mode"] == "invariant" and info["enable_deterministic_inference"] is True
         assert info["max_num_seqs"] == 4 and info["chunk_size"] == 32 and info["enable_prefix_cache"] is True
         assert info["dtype"] == "bfloat16" and info["device"] == "cpu"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+
+
+def test_incomplete_model_config_names_the_key_and_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text('{"hidden_size": 64, "vocab_size": 256}')
+    assert serve_main(["--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"pytest-invariance serve: error: {tmp_path / 'config.json'}: missing key 'num_attention_heads'\n"
+
+
+def test_port_in_use_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert serve_main(["--port", str(port), "--log-level", "warning"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"pytest-invariance serve: error: cannot listen on 127.0.0.1:{port}: the port is already in use\n"

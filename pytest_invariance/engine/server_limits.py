@@ -1,0 +1,203 @@
+"""Limits that keep the bundled server from being tied up by slow or idle clients.
+
+Why: uvicorn bounds neither how long a client may take to send its request head nor its body, and
+accepts connections until the process runs out of file descriptors. Measured before these limits:
+a 60-byte body sent at 1 byte/s was accepted after 60 s, and 1,100 idle connections under
+``ulimit -n 1024`` made ``accept`` fail (EMFILE) so that every valid request timed out. Here:
+
+- a **header timeout**: a connection must deliver a complete request head within
+  ``header_timeout_s`` of opening (or of its previous response), else it is closed;
+- a **body timeout** and size cap: the whole body within ``body_timeout_s`` of its head (else 408,
+  connection closed) and at most ``MAX_BODY_BYTES`` (else 413);
+- a **connection cap** below the descriptor limit: at the cap, a new connection first evicts the
+  longest-idle connection (one with no request in flight), so idle sockets can never lock valid
+  requests out; only when every connection is busy is the newcomer closed;
+- uvicorn's own **keep-alive timeout**.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+FD_RESERVE = 64  # descriptors left for the engine, logs and the listening socket
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
+    max_connections: int | None = None  # None: the descriptor limit minus FD_RESERVE (at most 4096)
+
+    def connection_cap(self) -> int:
+        """Open connections at most: the descriptor limit less a reserve for the engine and less
+        two accept bursts (asyncio accepts up to ``backlog`` sockets before the first of them can
+        evict an idle one, and an evicted socket is released one loop turn later)."""
+        if self.max_connections is not None:
+            return self.max_connections
+        soft = _fd_limit()
+        if soft is None:
+            return 4096
+        return max(8, min(4096, soft - FD_RESERVE - 2 * self.backlog()))
+
+    def backlog(self) -> int:
+        """Listen backlog, also asyncio's accept burst: small under a low descriptor limit."""
+        soft = _fd_limit()
+        return 2048 if soft is None else max(16, min(2048, soft // 8))
+
+
+def _fd_limit() -> int | None:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def protocol_class(limits: ServerLimits) -> type:
+    """uvicorn's h11 protocol with the header timeout and the connection cap of ``limits``."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    cap = limits.connection_cap()
+    header_s = limits.header_timeout_s
+
+    class LimitedH11Protocol(H11Protocol):
+        cap_closed = 0  # connections closed by the cap (evicted idle or refused busy), for tests
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._idle_since = time.monotonic()
+            self._seen_cycle: Any = None
+            self._head_timer: asyncio.TimerHandle | None = None
+            if len(self.connections) > cap and not self._evict_idle():
+                type(self).cap_closed += 1
+                transport.close()
+                return
+            self._arm_head_timer()
+
+        def _busy(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete
+
+        def _evict_idle(self) -> bool:
+            idle = [c for c in self.connections if c is not self and not c._busy() and hasattr(c, "_idle_since")]
+            if not idle:
+                return False
+            victim = min(idle, key=lambda c: c._idle_since)
+            type(self).cap_closed += 1
+            victim._close_now()  # abort: the descriptor is released on the next loop turn
+            return True
+
+        def _close_now(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self.transport.abort()
+            self.connections.discard(self)
+
+        def _arm_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(header_s, self._head_timeout)
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if not self._busy() and not self.transport.is_closing():
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.cycle is not None and self.cycle is not self._seen_cycle:
+                self._seen_cycle = self.cycle  # a complete request head arrived
+                if self._head_timer is not None:
+                    self._head_timer.cancel()
+                    self._head_timer = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._idle_since = time.monotonic()
+            if not self.transport.is_closing():
+                self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+    return LimitedH11Protocol
+
+
+class BodyLimitMiddleware:
+    """Reads a request's whole body under the body timeout and the size cap, then hands the app a
+    replay of it (later ``receive`` calls go to the client, so disconnects are still seen)."""
+
+    def __init__(self, app: ASGIApp, body_timeout_s: float = 30.0, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app, self.body_timeout_s, self.max_bytes = app, body_timeout_s, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await _refuse(send, 413, f"request body over {self.max_bytes} bytes")
+            return
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
+        chunks, size = [], 0
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(receive(), max(remaining, 0.0))
+            except TimeoutError:
+                await _refuse(send, 408, f"request body not received within {self.body_timeout_s:g} s")
+                return
+            if message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await _refuse(send, 413, f"request body over {self.max_bytes} bytes")
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(send: Send, status: int, message: str) -> None:
+    """An OpenAI-style error that also closes the connection (the rest of the body is unread)."""
+    kind = "invalid_request_error"
+    body = json.dumps({"error": {"message": message, "type": kind, "param": "body", "code": None}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]  # fmt: skip
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def uvicorn_config(app: Any, host: str, port: int, log_level: str, limits: ServerLimits | None = None) -> Any:
+    """The one uvicorn configuration of the bundled server (command line and in-process threads)."""
+    import uvicorn
+
+    limits = limits or ServerLimits()
+    return uvicorn.Config(
+        BodyLimitMiddleware(app, limits.body_timeout_s),
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        http=protocol_class(limits),
+        timeout_keep_alive=limits.keep_alive_s,
+        backlog=limits.backlog(),
+    )
