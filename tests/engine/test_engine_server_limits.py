@@ -200,8 +200,15 @@ def test_kv_blocks_in_metrics_and_server_info_come_back_after_a_dropped_stream(b
     body = {"prompt": "x" * 20, "max_tokens": 1000, "temperature": 0, "ignore_eos": True, "stream": True}
     with requests.post(base + "/v1/completions", json=body, stream=True, timeout=30) as r:
         assert r.status_code == 200, r.text[:300]
-        first = next(r.iter_lines())
+        lines = r.iter_lines()
+        first = next(lines)
+        # The opening chunk can leave before the first step has published its stats: poll while
+        # the stream is live (1000 tokens take far longer than this bound).
+        until = time.monotonic() + 10
         during = _kv(base)
+        while during["used"] == 0 and time.monotonic() < until:
+            next(lines)
+            during = _kv(base)
         assert during["used"] > 0, (during, first[:300])
     deadline = time.monotonic() + 10
     while _kv(base)["free"] != idle["total"]:
