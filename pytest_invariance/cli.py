@@ -106,20 +106,19 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(argv: list[str]) -> int:
+    """``serve --help`` needs only the flags (no FastAPI, no torch); serving needs the extra."""
     try:
-        from .engine.server import serve_main
+        from .engine.server_cli import serve_main
     except ImportError as e:
-        if e.name == "pytest_invariance.engine.server":
-            raise UsageError(
-                "this installation has no bundled engine server (pytest_invariance.engine.server)"
-            ) from None
-        raise UsageError(
-            f"the bundled engine server needs {e.name or e}; install it with: pip install 'pytest-invariance[engine]'"
-        ) from None
+        raise UsageError(f"this installation has no bundled engine server ({e.name or e})") from None
     try:
         rc = serve_main(argv)
     except SystemExit as e:  # the server's own --help
         rc = e.code if isinstance(e.code, int) else EXIT_USAGE
+    except ImportError as e:
+        raise UsageError(
+            f"the bundled engine server needs {e.name or e}; install it with: pip install 'pytest-invariance[engine]'"
+        ) from None
     return int(rc or 0)
 
 

@@ -23,11 +23,8 @@ from .async_loop import AsyncEngine
 from .metrics import Metrics
 from .server_common import ServerContext
 from .server_errors import AuthMiddleware, install_error_handlers
+from .server_limits import DEFAULT_MAX_N, DEFAULT_MAX_PROMPTS, DEFAULT_MAX_QUEUE
 from .server_routes import add_generation_routes, add_info_routes
-
-DEFAULT_MAX_QUEUE = 256
-DEFAULT_MAX_N = 16
-DEFAULT_MAX_PROMPTS = 256
 
 
 def create_app(

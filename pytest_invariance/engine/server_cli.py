@@ -15,8 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .server_app import DEFAULT_MAX_N, DEFAULT_MAX_QUEUE, create_app
-from .server_limits import ServerLimits, uvicorn_config
+from .server_limits import DEFAULT_MAX_N, DEFAULT_MAX_QUEUE, ServerLimits, uvicorn_config
 
 
 class _ArgError(Exception):
@@ -189,6 +188,8 @@ def serve_main(argv: list[str] | None = None) -> int:
     )
     try:
         config = engine_config_from_args(args)
+        from .server_app import create_app  # FastAPI loads here, not for --help
+
         app = create_app(config, api_key=args.api_key, max_queue=args.max_queue, max_n=args.max_n)
     except (ValueError, OSError, KeyError, json.JSONDecodeError) as e:
         print(f"pytest-invariance serve: error: {e}", file=sys.stderr)

@@ -21,9 +21,15 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+if TYPE_CHECKING:  # types only: `serve --help` must work where starlette is not installed
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# What one server admits, besides the engine's own max_num_seqs.
+DEFAULT_MAX_QUEUE = 256
+DEFAULT_MAX_N = 16
+DEFAULT_MAX_PROMPTS = 256
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 FD_RESERVE = 64  # descriptors left for the engine, logs and the listening socket

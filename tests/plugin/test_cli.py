@@ -141,3 +141,17 @@ def test_serve_dispatches_to_the_engine_server(tmp_path: Path) -> None:
         )  # fmt: skip
         assert bad.returncode == 2
         assert "--no-such-flag" in _one_line_error(bad.stderr)
+
+
+def test_serve_help_works_without_the_engine_extra_and_serving_says_how_to_install() -> None:
+    """FastAPI, starlette and uvicorn blocked: --help still lists the flags; serving is one line."""
+    block = "import sys; [sys.modules.__setitem__(m, None) for m in ('fastapi', 'starlette', 'uvicorn')]; "
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", block + "from pytest_invariance.cli import main; raise SystemExit(main(" + repr(list(args)) + "))"],
+        capture_output=True, text=True, timeout=120,
+    )
+    helped = run("serve", "--help")
+    assert helped.returncode == 0 and "--batch-invariant" in helped.stdout, helped.stderr[-500:]
+    served = run("serve", "--port", "0")
+    assert served.returncode != 0 and "pip install 'pytest-invariance[engine]'" in served.stderr
+    assert "Traceback" not in served.stderr and len(served.stderr.strip().splitlines()) == 1, served.stderr
