@@ -106,6 +106,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("invariance_limit", "default --invariance-limit", default=None)
     parser.addini("invariance_expect", "default --invariance-expect", default=None)
     parser.addini("invariance_dispatch", "default --invariance-dispatch (list or independent)", default=None)
+    parser.addini("invariance_seed", "default --invariance-seed (an integer)", default=None)
 
 
 def option(config: pytest.Config, name: str) -> Any:
@@ -179,6 +180,11 @@ class InvarianceSession:
                 limit = _positive_int(str(limit))
             except argparse.ArgumentTypeError as exc:
                 raise pytest.UsageError(f"invariance_limit: {exc}") from None
+        seed = option(config, "invariance_seed") or 0
+        try:
+            seed = int(str(seed))
+        except ValueError:
+            raise pytest.UsageError(f"invariance_seed: expected an integer, got {seed!r}") from None
         engine = option(config, "invariance_engine")
         if engine is not None and engine not in ENGINES:
             raise pytest.UsageError(f"invariance_engine: unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
@@ -186,7 +192,7 @@ class InvarianceSession:
             run_id=run_id or new_run_id(),
             profile=profile,
             trials=trials,
-            seed=config.getoption("invariance_seed") or 0,
+            seed=seed,
             limit=limit,
         )
         self.adapter_options = adapter_options(config)

@@ -141,6 +141,17 @@ def test_bad_ini_value(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*invariance_profile: unknown profile 'medium'*"])
 
 
+def test_seed_ini_key_reaches_the_fixture_and_a_bad_one_is_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ninvariance_seed = 41\n")
+    pytester.makepyfile(test_seed="def test_seed(invariance):\n    assert invariance.seed == 41\n")
+    pytester.runpytest().assert_outcomes(passed=1)
+    assert pytester.runpytest("--invariance-seed=7").ret != 0  # the option wins over the ini key
+    pytester.makeini("[pytest]\ninvariance_seed = forty\n")
+    result = pytester.runpytest()
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*invariance_seed: expected an integer, got 'forty'*"])
+
+
 @pytest.mark.parametrize("xdist", XDIST, ids=XDIST_IDS)
 def test_interrupted_run_keeps_records(pytester: pytest.Pytester, xdist: list[str]) -> None:
     pytester.makepyfile(test_a=SUITE.replace("@pytest.mark.gpu", "@pytest.mark.skip"))
