@@ -131,13 +131,18 @@ def main(argv: list[str] | None = None) -> int:
         records.unlink()
     t0 = time.monotonic()
     logs = out / "logs"
+    pytest_log = logs / "pytest.log"
     inv, dflt = BundledEngine(invariant=True, log_dir=logs), BundledEngine(invariant=False, log_dir=logs)
     try:
         print("demo: starting the bundled engine in invariant and in default mode ...", flush=True)
         a_inv, a_def = inv.start(), dflt.start()
         cmd = _pytest_cmd(out, a_inv.base_url, a_def.base_url, sweeps, args.profile)
-        print("demo:", " ".join(cmd), flush=True)
-        rc = subprocess.call(cmd)
+        logs.mkdir(parents=True, exist_ok=True)
+        print(f"demo: running {len(sweeps)} sweeps and their inverse checks; pytest's output: {pytest_log}", flush=True)
+        with open(pytest_log, "w", encoding="utf-8") as log:
+            log.write(" ".join(cmd) + "\n")
+            log.flush()
+            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
     except EngineUnavailable as exc:
         print(f"demo: error: {exc}", file=sys.stderr)
         return 2
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ablation = [] if args.no_ablation else ablation_lines(logs, args.profile)
     print("\n=== pytest-invariance demo: one prompt, batches of 1..16 copies in one request, greedy ===")
-    for line in summarize(recs) or ["(no single-sweep record: see the pytest output above)"]:
+    for line in summarize(recs) or [f"(no single-sweep record: see {pytest_log})"]:
         print("  " + line)
     mechs = _mechanisms(recs)
     if mechs:
@@ -164,8 +169,21 @@ def main(argv: list[str] | None = None) -> int:
         for line in ablation:
             print("    " + line)
     print(f"records: {records}\nmatrix:  {out / 'matrix.md'}, {out / 'matrix.html'} (plots)")
+    print("\n--- details: pytest's summary (the whole output is in " + str(pytest_log) + ") ---")
+    print(_pytest_summary(pytest_log))
     print(f"demo finished in {time.monotonic() - t0:.0f} s, pytest exit status {rc}")
     return rc
+
+
+def _pytest_summary(log: Path) -> str:
+    """The invariance summary and the result line: what a reader wants after the demo's own lines."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"(pytest's output could not be read: {exc})"
+    marker = text.find("invariance summary")
+    tail = text[text.rfind("\n", 0, marker) + 1 :] if marker >= 0 else "\n".join(text.splitlines()[-15:])
+    return tail.rstrip()
 
 
 if __name__ == "__main__":
