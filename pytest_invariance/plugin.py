@@ -299,6 +299,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(state, "invariance-session")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "invariance-xdist")
+    from pytest_invariance import progress
+
+    progress.install(progress.pytest_sink(config))  # sweeps' progress lines reach the terminal live
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from pytest_invariance import progress
+
+    progress.install(None)
 
 
 class _XdistHooks:

@@ -11,7 +11,6 @@ a bounded number of times. Every request carries a timeout, so nothing hangs.
 from __future__ import annotations
 
 import random
-import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -85,13 +84,15 @@ def _retry_after(resp: requests.Response) -> float | None:
 
 
 class Progress:
-    """Plain stderr progress for sweeps: ``\\r`` updates on a terminal, a few lines otherwise."""
+    """Progress of a sweep: a line at each quarter (``single bundled[invariant]: 8/31``) through
+    :mod:`pytest_invariance.progress`, which reaches the terminal while pytest captures; given a
+    ``stream`` that is a terminal, ``\\r`` updates there instead."""
 
     def __init__(self, total: int, label: str, stream: Any = None, enabled: bool = True) -> None:
         self.total, self.label, self.done = max(total, 1), label, 0
-        self.stream = stream if stream is not None else sys.stderr
+        self.stream = stream
         self.enabled = enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tty = stream is not None and bool(getattr(stream, "isatty", lambda: False)())
         self._lock = threading.Lock()
         self._last_quarter = -1
 
@@ -106,12 +107,19 @@ class Progress:
                 self.stream.write(f"\r{self.label} [{bar:<24}] {self.done}/{self.total}")
                 if self.done >= self.total:
                     self.stream.write("\n")
+                self.stream.flush()
             else:
                 quarter = int(frac * 4)
                 if quarter > self._last_quarter:
                     self._last_quarter = quarter
-                    self.stream.write(f"{self.label}: {self.done}/{self.total}\n")
-            self.stream.flush()
+                    line = f"{self.label}: {self.done}/{self.total}"
+                    if self.stream is None:
+                        from ..progress import emit
+
+                        emit(line)
+                    else:
+                        self.stream.write(line + "\n")
+                        self.stream.flush()
 
 
 class Adapter(ABC):
