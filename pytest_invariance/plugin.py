@@ -66,6 +66,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="base seed of the input generators (default 0)")
     group.addoption("--invariance-expect", dest="invariance_expect", metavar="MATRIX.json", default=None,
                     help="fail the run when a cell that was invariant in MATRIX.json no longer is")
+    # e2e sweep shape (issue 15): what the sweeps send and compare; defaults depend on the target
+    group.addoption("--invariance-probe-tokens", dest="invariance_probe_tokens", metavar="N", type=_positive_int,
+                    default=None, help="probe prompt length in tokens for the e2e sweeps (default: 129 for a "
+                    "--invariance-url target, the short text probe for the bundled engine)")
+    group.addoption("--invariance-neighbour-tokens", dest="invariance_neighbour_tokens", metavar="N,N,...",
+                    default=None, help="neighbour prompt lengths in tokens for the needle/mixed/logprobs sweeps")
+    group.addoption("--invariance-prefix-lengths", dest="invariance_prefix_lengths", metavar="N,N,...",
+                    default=None, help="shared-prefix lengths of the prefix sweep (default: the reported block "
+                    "and chunk sizes +-1)")
+    group.addoption("--invariance-prompts", dest="invariance_prompts", choices=("auto", "ids", "text"),
+                    default=None, help="send prompts as token ids or text (auto: text for --invariance-engine "
+                    "openai, ids otherwise)")
+    group.addoption("--invariance-evidence", dest="invariance_evidence", choices=("auto", "logprobs", "tokens", "text"),
+                    default=None, help="what the e2e sweeps compare: token ids and logprob bits, token ids, or "
+                    "text (auto: asks the server once whether it returns logprobs and token ids)")
+    for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "prompts", "evidence"):
+        parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)
     parser.addini("invariance_url", "default --invariance-url", default=None)
     parser.addini("invariance_engine", "default --invariance-engine", default=None)
     parser.addini("invariance_records", "default --invariance-records", default=None)
