@@ -36,6 +36,20 @@ class OpenAIAdapter(Adapter):
         self._lock = threading.Lock()
         self._model_checked = self.model is not None
 
+    def server_info(self) -> dict | None:
+        """What a plain OpenAI server says about itself: the served model from ``/v1/models``
+        (``owned_by`` names the software on some servers). No dtype or version: none is reported."""
+        try:
+            data = self.get("/v1/models", timeout_s=10)
+        except AdapterError:
+            return None
+        entry = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(entry, list) or not entry or not isinstance(entry[0], dict):
+            return None
+        first = entry[0]
+        info = {"engine": self.engine, "model": first.get("id"), "owned_by": first.get("owned_by")}
+        return {k: v for k, v in info.items() if v is not None}
+
     # -- request --------------------------------------------------------------------------------
     def _model(self) -> str | None:
         if not self._model_checked:

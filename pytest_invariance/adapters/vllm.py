@@ -120,8 +120,8 @@ class VLLMAdapter(OpenAIAdapter):
                 continue
             if isinstance(raw, dict):
                 break
-        if not isinstance(raw, dict):
-            return None
+        if not isinstance(raw, dict):  # not in dev mode: what /v1/models says
+            return super().server_info()
         try:
             ver = self.get("/version", timeout_s=10)
         except AdapterError:
