@@ -81,7 +81,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--invariance-evidence", dest="invariance_evidence", choices=("auto", "logprobs", "tokens", "text"),
                     default=None, help="what the e2e sweeps compare: token ids and logprob bits, token ids, or "
                     "text (auto: asks the server once whether it returns logprobs and token ids)")
-    for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "prompts", "evidence"):
+    group.addoption("--invariance-implementation", dest="invariance_implementation", metavar="NAME", default=None,
+                    help="name the software behind --invariance-url in records (e.g. transformers-serve), where "
+                    "its API flavour (openai) does not")
+    group.addoption("--invariance-target-version", dest="invariance_target_version", metavar="V", default=None,
+                    help="the target's version for records, where the server reports none")
+    for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "prompts", "evidence", "implementation",
+                "target_version"):
         parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)
     parser.addini("invariance_url", "default --invariance-url", default=None)
     parser.addini("invariance_engine", "default --invariance-engine", default=None)

@@ -8,6 +8,7 @@ talking to the engine), a record missing the target's identity (model, dtype, ve
 ``divergent`` verdict at all on an engine known to be batch-variant here.
 
     python scripts/e2e_gate.py check RUN.jsonl --implementation vllm --pytest-rc N [--append-to F]
+        [--require model,dtype,version] [--no-need-divergent]
     python scripts/e2e_gate.py unsupported --implementation vllm --mode invariant --reason TEXT
         --append-to F [--version V] [--model M] [--dtype D]
 """
@@ -23,15 +24,15 @@ from pytest_invariance.recordio import RecordFileError, append_records, read_rec
 from pytest_invariance.records import make_record, new_run_id
 
 
-def _identity(rec: dict) -> list[str]:
+def _identity(rec: dict, required: tuple[str, ...]) -> list[str]:
     """The identity fields a real-engine record must carry; names the missing ones."""
     info = (rec.get("extra") or {}).get("server_info") or {}
-    missing = [k for k, v in (("model", (rec.get("shape") or {}).get("model")), ("dtype", rec.get("dtype")),
-                              ("version", info.get("version"))) if not v]  # fmt: skip
-    return missing
+    have = {"model": (rec.get("shape") or {}).get("model"), "dtype": rec.get("dtype"), "version": info.get("version")}
+    return [k for k in required if not have.get(k)]
 
 
-def check(path: str, implementation: str, pytest_rc: int, need_divergent: bool) -> tuple[int, list[dict]]:
+def check(path: str, implementation: str, pytest_rc: int, need_divergent: bool = True,
+          required: tuple[str, ...] = ("model", "dtype", "version")) -> tuple[int, list[dict]]:  # fmt: skip
     """(exit code, the run's records): prints one line per record and one line per problem."""
     try:
         recs, problems = read_records(path)
@@ -50,7 +51,7 @@ def check(path: str, implementation: str, pytest_rc: int, need_divergent: bool) 
               f"[{r.get('mode')}] {summary[:150]}")  # fmt: skip
         if r["verdict"] == "incomplete":
             bad.append(f"{r['nodeid']}: incomplete: {summary}")
-        if missing := _identity(r):
+        if missing := _identity(r, required):
             bad.append(f"{r['nodeid']}: record lacks the target's {', '.join(missing)}")
     counts = Counter(r["verdict"] for r in ours)
     print(f"e2e_gate: {implementation}: " + ", ".join(f"{v} {n}" for v, n in sorted(counts.items())))
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--pytest-rc", type=int, required=True)
     c.add_argument("--append-to")
     c.add_argument("--no-need-divergent", action="store_true")
+    c.add_argument("--require", default="model,dtype,version", help="identity fields every record must carry")
     u = sub.add_parser("unsupported")
     for name in ("--implementation", "--mode", "--reason", "--append-to"):
         u.add_argument(name, required=True)
@@ -92,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         append_records(a.append_to, [unsupported(a)])
         print(f"e2e_gate: recorded {a.implementation} [{a.mode}] unsupported: {a.reason}")
         return 0
-    rc, ours = check(a.records, a.implementation, a.pytest_rc, not a.no_need_divergent)
+    required = tuple(x for x in a.require.split(",") if x)
+    rc, ours = check(a.records, a.implementation, a.pytest_rc, not a.no_need_divergent, required)
     if a.append_to and ours:
         n = append_records(a.append_to, ours)
         print(f"e2e_gate: appended {n} records to {a.append_to}")

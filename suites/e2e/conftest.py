@@ -112,7 +112,21 @@ def _connect(config: pytest.Config, url: str, engine: str, role: str, expected: 
             pytest.fail(f"{flag} {url} is unreachable: {exc}", pytrace=False)
     t = Target(adapter, role, expected, dispatch=_dispatch(config), options=sweep_options(config, adapter))
     t.refresh()
+    _name_target(config, t)
     return t
+
+
+def _name_target(config: pytest.Config, t: Target) -> None:
+    """``--invariance-implementation`` / ``--invariance-target-version``: identity the server does
+    not report (a plain OpenAI server says neither what it is nor which version), marked as given."""
+    name, version = option(config, "invariance_implementation"), option(config, "invariance_target_version")
+    info = dict(t.info or {})
+    if name:
+        info["implementation"] = name
+    if version and not info.get("version"):
+        info.update(version=version, version_source="--invariance-target-version")
+    if name or version:
+        t.info = info
 
 
 def _start(
