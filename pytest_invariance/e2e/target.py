@@ -19,11 +19,12 @@ JITTER_MS = (10.0, 30.0)
 PROMPT_KINDS = ("ids", "text")
 EVIDENCE = ("logprobs", "tokens", "text")
 COMPARED = {"logprobs": "token ids and logprob bits", "tokens": "token ids", "text": "text (UTF-8 bytes)"}
-# Measured on vLLM CPU 0.32 (tiny Llama, hidden 1024, block 128): a 13-token probe saw no difference
-# at concurrency 1..64, while 17- to 255-token probes differed in logprob bits from concurrency 2
-# (33 and 129 tokens also in token ids). 129 = one 128-token block + 1, a few hundred tokens of
-# context once decoded. The bundled engine shows its batch dependence at any length, so the short
-# text probe stays its default (and keeps ``make test`` fast).
+# A real server's probe: 129 tokens = one 128-token KV block (vLLM CPU's block size) + 1, so the
+# probe's own prefill crosses a block boundary and its decode runs over a few hundred tokens of
+# context. Measured on vLLM CPU 0.32 (tiny Llama, hidden 1024, bf16): logprob bits differed from
+# concurrency 2 at step 4 with 129 tokens, at step 8 with 13; token ids stayed equal at every
+# concurrency to 128 either way. The bundled engine shows its batch dependence at any length, so
+# its short text probe stays the default there (and keeps ``make test`` as it was).
 REAL_PROBE_TOKENS = 129
 
 

@@ -68,8 +68,8 @@ def _lengths(config: pytest.Config, name: str) -> tuple[int, ...] | None:
 def sweep_options(config: pytest.Config, adapter: Adapter | None = None) -> SweepOptions:
     """One :class:`SweepOptions` per session, so a target and its control send and compare alike.
 
-    Defaults: a ``--invariance-url`` target gets a 129-token probe (a 13-token one could not expose
-    vLLM CPU); the bundled engine alone keeps the short text probe. ``auto`` prompts are text for the
+    Defaults: a ``--invariance-url`` target gets a 129-token probe (one 128-token block + 1, see
+    ``REAL_PROBE_TOKENS``); the bundled engine alone keeps the short text probe. ``auto`` prompts are text for the
     plain ``openai`` flavour (servers such as ``transformers serve`` refuse token ids), ids elsewhere;
     ``auto`` evidence asks the first live server once whether it returns logprobs and token ids."""
     if id(config) in _OPTIONS:
