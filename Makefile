@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 REPORT_DIR ?= reports/demo
 
-.PHONY: demo test lint venv clean-venv
+.PHONY: demo test lint venv clean-venv e2e-vllm e2e-transformers
 
 venv: $(STAMP)
 
@@ -35,6 +35,15 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m pytest_invariance.demo --out $(REPORT_DIR)
+
+# vLLM's CPU build as a real e2e target: its own venv (.venv-vllm), a tiny local model, the inverse
+# suites and the batch-invariant probe; records appended to reports/cpu/records.jsonl.
+e2e-vllm: $(STAMP)
+	bash scripts/vllm_cpu.sh
+
+# `transformers serve --continuous-batching` in text mode, on the venv and model e2e-vllm made.
+e2e-transformers: $(STAMP)
+	bash scripts/transformers_serve.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

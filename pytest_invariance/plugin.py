@@ -93,6 +93,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="bearer token sent to --invariance-url and --invariance-url-control")
     group.addoption("--invariance-model", dest="invariance_model", metavar="NAME", default=None,
                     help="model name sent in each request (default: the first of the server's /v1/models)")
+    # e2e sweep shape (issue 15): what the sweeps send and compare; defaults depend on the target
+    group.addoption("--invariance-probe-tokens", dest="invariance_probe_tokens", metavar="N", type=_positive_int,
+                    default=None, help="probe prompt length in tokens for the e2e sweeps (default: 129 for a "
+                    "--invariance-url target, the short text probe for the bundled engine)")
+    group.addoption("--invariance-neighbour-tokens", dest="invariance_neighbour_tokens", metavar="N,N,...",
+                    default=None, help="neighbour prompt lengths in tokens for the needle/mixed/logprobs sweeps")
+    group.addoption("--invariance-prefix-lengths", dest="invariance_prefix_lengths", metavar="N,N,...",
+                    default=None, help="shared-prefix lengths of the prefix sweep (default: the reported block "
+                    "and chunk sizes +-1)")
+    group.addoption("--invariance-prompts", dest="invariance_prompts", choices=("auto", "ids", "text"),
+                    default=None, help="send prompts as token ids or text (auto: text for --invariance-engine "
+                    "openai, ids otherwise)")
+    group.addoption("--invariance-evidence", dest="invariance_evidence", choices=("auto", "logprobs", "tokens", "text"),
+                    default=None, help="what the e2e sweeps compare: token ids and logprob bits, token ids, or "
+                    "text (auto: asks the server once whether it returns logprobs and token ids)")
+    group.addoption("--invariance-implementation", dest="invariance_implementation", metavar="NAME", default=None,
+                    help="name the software behind --invariance-url in records (e.g. transformers-serve), where "
+                    "its API flavour (openai) does not")
+    group.addoption("--invariance-target-version", dest="invariance_target_version", metavar="V", default=None,
+                    help="the target's version for records, where the server reports none")
+    for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "prompts", "evidence", "implementation",
+                "target_version"):
+        parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)
     parser.addini("invariance_url", "default --invariance-url", default=None)
     parser.addini("invariance_request_timeout", "default --invariance-request-timeout (seconds)", default=None)
     parser.addini("invariance_request_deadline", "default --invariance-request-deadline (seconds)", default=None)

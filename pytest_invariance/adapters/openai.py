@@ -35,6 +35,23 @@ class OpenAIAdapter(Adapter):
         self._interned: dict[str, int] = {}
         self._lock = threading.Lock()
         self._model_checked = self.model is not None
+        self.answered_model: str | None = None  # the ``model`` field of the last completion
+
+    def server_info(self) -> dict | None:
+        """What a plain OpenAI server says about itself: the served model from ``/v1/models``
+        (``owned_by`` names the software on some servers), else from the last completion's ``model``
+        field. No dtype or version: none is reported."""
+        try:
+            data = self.get("/v1/models", timeout_s=10)
+        except AdapterError:
+            data = None
+        entry = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(entry, list) or not entry or not isinstance(entry[0], dict):
+            # some servers (transformers serve) fail /v1/models but name the model in each answer
+            return {"engine": self.engine, "model": self.answered_model} if self.answered_model else None
+        first = entry[0]
+        info = {"engine": self.engine, "model": first.get("id"), "owned_by": first.get("owned_by")}
+        return {k: v for k, v in info.items() if v is not None}
 
     # -- request --------------------------------------------------------------------------------
     def _model(self) -> str | None:
@@ -82,6 +99,8 @@ class OpenAIAdapter(Adapter):
     # -- response -------------------------------------------------------------------------------
     def _choices(self, data: Any, count: int, params: GenParams, prompts: list[Prompt]) -> list[Completion]:
         url = self.url("/v1/completions")
+        if isinstance(data, dict) and isinstance(data.get("model"), str):
+            self.answered_model = data["model"]
         choices = need(data, "choices", url, list)
         if len(choices) != count:
             raise AdapterError(url, "choices", f"wrong shape: {len(choices)} choices for {count} prompts")

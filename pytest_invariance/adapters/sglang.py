@@ -10,6 +10,23 @@ from typing import Any
 from .base import Adapter, AdapterError, Completion, GenParams, Prompt, float_or_none, int_list, need
 
 
+def identity(info: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's flat ``/server_info`` plus the record keys it names differently: the served model
+    (``served_model_name`` or ``model_path``), prefix caching (not ``disable_radix_cache``), CUDA
+    graphs (not ``disable_cuda_graph``) and ``max_num_seqs`` (``max_running_requests``)."""
+    out = dict(info)
+    out.setdefault("engine", "sglang")
+    if not out.get("model"):
+        out["model"] = info.get("served_model_name") or info.get("model_path")
+    if "disable_radix_cache" in info:
+        out.setdefault("enable_prefix_cache", not info["disable_radix_cache"])
+    if "disable_cuda_graph" in info:
+        out.setdefault("cuda_graph", not info["disable_cuda_graph"])
+    if info.get("max_running_requests") is not None:
+        out.setdefault("max_num_seqs", info["max_running_requests"])
+    return out
+
+
 class SGLangAdapter(Adapter):
     engine = "sglang"
 
@@ -86,7 +103,7 @@ class SGLangAdapter(Adapter):
             except AdapterError:
                 continue
             if isinstance(info, dict):
-                return info
+                return identity(info)
         return None
 
     def flush_cache(self) -> bool:

@@ -30,9 +30,10 @@ def subject(invariance: Any, t: Target, oracle: str, out: Outcome, extra: dict |
     info = t.info or {}
     variant = "+shared-rng" if info.get("shared_rng") else ""  # a control variant gets its own matrix row
     return {
-        "family": "engine", "implementation": t.engine + variant, "mode": t.mode, "oracle": oracle,
+        "family": "engine", "implementation": (info.get("implementation") or t.engine) + variant, "mode": t.mode, "oracle": oracle,
         "quantization": quantization_of(info.get("dtype") or "unknown"), "dtype": info.get("dtype"),
-        "shape": {**out.shape, "model": info.get("model") or info.get("served_model_name")},
+        "shape": {**out.shape, "model": info.get("model") or info.get("served_model_name")
+                  or getattr(t.adapter, "answered_model", None)},  # the answers name it where /v1/models fails
         "contract": "bitwise", "seed": invariance.seed, "trials": 1, "profile": invariance.profile,
         "extra": {
             "role": t.role, "server_info": t.config(),

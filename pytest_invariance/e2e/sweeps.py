@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_invariance.adapters import AdapterError, GenParams, Progress
-from pytest_invariance.adapters.base import INDEPENDENT
+from pytest_invariance.adapters.base import INDEPENDENT, Prompt
 from pytest_invariance.oracles import sequences as S
 from pytest_invariance.oracles.sweeps import probe_positions
 
-from .target import JITTER_MS, Target, co_batching, dispatch_shape, send
+from .target import COMPARED, JITTER_MS, Target, co_batching, dispatch_shape, send
 
 PROBE = "The quick brown fox"
 # Neighbour texts of very different lengths (characters ~ tokens for byte-level tokenizers).
@@ -33,6 +33,41 @@ def neighbour(i: int, length: int) -> str:
     while sum(len(w) + 1 for w in words) < length:
         words.append(rng.choice(_WORDS))
     return " ".join(words)[: max(length, 3)]
+
+
+def seeded_prompt(i: int, length: int, kind: str) -> list[int] | str:
+    """A distinct, seeded prompt of ``length`` tokens: ids in 32..126 (printable bytes, valid in any
+    byte-level vocabulary), or ``length`` words (about one token each for a BPE that learned them)."""
+    rng = random.Random(7000 + i)
+    if kind == "ids":
+        return [rng.randrange(32, 127) for _ in range(length)]
+    return " ".join([f"[{i}]"] + [rng.choice(_WORDS) for _ in range(max(length - 1, 0))])
+
+
+def probe(t: Target) -> Prompt:
+    """The probe request's prompt: the short text, or ``probe_tokens`` long (``--invariance-probe-tokens``)."""
+    o = t.options
+    return PROBE if o.probe_tokens is None else seeded_prompt(0, o.probe_tokens, o.prompts)
+
+
+def other(t: Target, i: int, default_length: int) -> Prompt:
+    """Neighbour ``i``: built-in text of ``default_length`` characters with the short probe, else a
+    seeded prompt of the kind the probe is (a list request carries all ids or all text), its length
+    from ``--invariance-neighbour-tokens`` (cycled) or ``default_length`` tokens."""
+    o = t.options
+    if o.probe_tokens is None and o.neighbour_tokens is None:
+        return neighbour(i, default_length)
+    length = o.neighbour_tokens[i % len(o.neighbour_tokens)] if o.neighbour_tokens else default_length
+    return seeded_prompt(i + 1, length, o.prompts)
+
+
+def gen(t: Target, max_tokens: int, logprobs: int = 2) -> GenParams:
+    """Greedy parameters; logprobs only where the session compares them (``evidence``)."""
+    return GenParams(max_tokens=max_tokens, logprobs=logprobs if t.options.logprobs else None)
+
+
+def _described(p: Prompt) -> str | int:
+    return p if isinstance(p, str) and len(p) <= 40 else (f"{len(p)} tokens" if isinstance(p, list) else f"{len(p)} chars")
 
 
 @dataclass
@@ -109,8 +144,8 @@ def _partial(outputs: dict[int, list[list[int]]], shape: dict, exc: AdapterError
 def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
     """One prompt at concurrency 1..N: N identical greedy requests with staggered arrivals."""
     lv = levels(profile)
-    params = GenParams(max_tokens=decode_len(profile), logprobs=2)
-    shape = {"sweep": "single", "prompt": PROBE, "max_tokens": params.max_tokens, "levels": lv,
+    params, p = gen(t, decode_len(profile)), probe(t)
+    shape = {"sweep": "single", "prompt": _described(p), "max_tokens": params.max_tokens, "levels": lv,
              **dispatch_shape(t)}  # fmt: skip
     outputs: dict[int, list[list[int]]] = {}
     lps: dict[int, list[Any]] = {}
@@ -119,35 +154,39 @@ def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
     bar = _progress(f"single {t.engine}[{t.mode}]", sum(lv))
     try:
         for n in lv:
-            cs = send(t, [PROBE] * n, params, seed * 1000 + n, bar, batches)
+            cs = send(t, [p] * n, params, seed * 1000 + n, bar, batches)
             outputs[n] = [c.token_ids for c in cs]
             lps[n] = [c.logprobs for c in cs]
             if ref_top is None:
                 ref_top = cs[0].top_logprobs
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
-    return _sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=lps)
+    return _sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=_lps(t, lps))
+
+
+def _lps(t: Target, lps: dict[int, list[Any]]) -> dict[int, list[Any]] | None:
+    return lps if t.options.logprobs else None
 
 
 def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
     """The probe at each position {0, 1, mid, N-2, N-1} among N-1 distinct neighbours."""
     n = 8 if profile == "quick" else 32
-    params = GenParams(max_tokens=decode_len(profile), logprobs=2)
-    shape = {"sweep": "needle", "prompt": PROBE, "max_tokens": params.max_tokens, "batch": n,
+    params, p = gen(t, decode_len(profile)), probe(t)
+    shape = {"sweep": "needle", "prompt": _described(p), "max_tokens": params.max_tokens, "batch": n,
              **dispatch_shape(t)}  # fmt: skip
-    others = [neighbour(i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)] // 2 + 8) for i in range(n - 1)]
+    others = [other(t, i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)] // 2 + 8) for i in range(n - 1)]
     positions = probe_positions(n)
     outputs: dict[int, list[list[int]]] = {}
     per_pos: dict[str, list[int]] = {}
     batches: dict[str, dict[int, int]] = {}
     bar = _progress(f"needle {t.engine}[{t.mode}]", 1 + n * len(positions))
     try:
-        alone = t.adapter.generate([PROBE], params, progress=bar)[0]
+        alone = t.adapter.generate([p], params, progress=bar)[0]
         outputs[1] = [alone.token_ids]
         outputs[n] = []
         lps: dict[int, list[Any]] = {1: [alone.logprobs], n: []}
         for pos in positions:
-            batch = others[:pos] + [PROBE] + others[pos:]
+            batch = others[:pos] + [p] + others[pos:]
             cs = send(t, batch, params, seed * 1000 + pos, bar, batches, f"position {pos}")
             outputs[n].append(cs[pos].token_ids)
             lps[n].append(cs[pos].logprobs)
@@ -157,15 +196,15 @@ def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
     differing = [int(p) for p, ids in per_pos.items() if ids != alone.token_ids]
     return _sequence_outcome(outputs, alone.top_logprobs, shape,
                              {"positions": positions, "differing_positions": differing, **co_batching(batches)},
-                             logprobs=lps)  # fmt: skip
+                             logprobs=_lps(t, lps))  # fmt: skip
 
 
 def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
     """Neighbours of very different lengths, so prefill chunks and decodes share steps."""
     lv = [1, 4, 8, 16] if profile == "quick" else [1, 4, 8, 16, 32, 64]
-    params = GenParams(max_tokens=decode_len(profile), logprobs=2)
-    shape = {"sweep": "mixed", "prompt": PROBE, "max_tokens": params.max_tokens, "levels": lv,
-             "neighbour_lengths": list(MIXED_LENGTHS), **dispatch_shape(t)}  # fmt: skip
+    params, p = gen(t, decode_len(profile)), probe(t)
+    shape = {"sweep": "mixed", "prompt": _described(p), "max_tokens": params.max_tokens, "levels": lv,
+             "neighbour_lengths": list(t.options.neighbour_tokens or MIXED_LENGTHS), **dispatch_shape(t)}  # fmt: skip
     outputs: dict[int, list[list[int]]] = {}
     lps: dict[int, list[Any]] = {}
     batches: dict[str, dict[int, int]] = {}
@@ -173,10 +212,10 @@ def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
     bar = _progress(f"mixed {t.engine}[{t.mode}]", sum(lv))
     try:
         for n in lv:
-            batch = [neighbour(i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)]) for i in range(n)]
+            batch = [other(t, i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)]) for i in range(n)]
             slots = sorted({0, n // 2})
             for s in slots:
-                batch[s] = PROBE
+                batch[s] = p
             cs = send(t, batch, params, seed * 1000 + n, bar, batches)
             outputs[n] = [cs[s].token_ids for s in slots]
             lps[n] = [cs[s].logprobs for s in slots]
@@ -184,7 +223,7 @@ def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
                 ref_top = cs[0].top_logprobs
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
-    return _sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=lps)
+    return _sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=_lps(t, lps))
 
 
 def prefix_lengths(info: dict | None) -> list[int]:
@@ -196,14 +235,32 @@ def prefix_lengths(info: dict | None) -> list[int]:
     return sorted({n for b in (page, chunk) for n in (b - 1, b, b + 1) if n >= 1})
 
 
+def _shared_prefix(t: Target, rng: random.Random, length: int, n: int) -> list[Prompt]:
+    """``n`` prompts sharing a ``length``-token prefix, then 6 tokens each of their own: token ids,
+    or words where the server takes text only (``length`` words, about as many tokens)."""
+    if t.options.prompts == "ids":
+        prefix = [rng.randrange(32, 127) for _ in range(length)]
+        return [prefix + [rng.randrange(32, 127) for _ in range(6)] for _ in range(n)]
+    head = " ".join(rng.choice(_WORDS) for _ in range(length))
+    return [head + " " + " ".join(rng.choice(_WORDS) for _ in range(6)) for _ in range(n)]
+
+
+def _needs_logprobs(t: Target, shape: dict) -> Outcome | None:
+    """``unsupported`` for a sweep that compares logprob bits when the session compares tokens/text."""
+    if t.options.logprobs:
+        return None
+    why = f"this sweep compares logprobs; the session compares {t.options.compared} only (--invariance-evidence)"
+    return Outcome(None, {}, why, shape, unsupported=why)
+
+
 def sweep_prefix(t: Target, profile: str, seed: int) -> Outcome:
     """Requests sharing a prefix whose length sits at a page/chunk boundary +-1: the probe alone vs
     the probe concurrent with requests that share its prefix, token ids and logprob bits per step."""
     n = 4 if profile == "quick" else 16
-    params = GenParams(max_tokens=16, logprobs=2)
-    lengths = prefix_lengths(t.info)
+    params = gen(t, 16)
+    lengths = list(t.options.prefix_lengths or prefix_lengths(t.info))
     shape = {"sweep": "prefix", "prefix_lengths": lengths, "batch": n, "max_tokens": params.max_tokens,
-             "compared": "token ids and logprob bits", **dispatch_shape(t)}  # fmt: skip
+             **dispatch_shape(t)}  # fmt: skip
     rng = random.Random(seed)
     per_length: dict[str, Any] = {}
     bad: list[int] = []
@@ -211,8 +268,7 @@ def sweep_prefix(t: Target, profile: str, seed: int) -> Outcome:
     bar = _progress(f"prefix {t.engine}[{t.mode}]", len(lengths) * (1 + n))
     try:
         for length in lengths:
-            prefix = [rng.randrange(32, 127) for _ in range(length)]
-            prompts = [prefix + [rng.randrange(32, 127) for _ in range(6)] for _ in range(n)]
+            prompts = _shared_prefix(t, rng, length, n)
             alone = t.adapter.generate([prompts[0]], params, progress=bar)[0]
             cs = send(t, prompts, params, seed * 1000 + length, bar)
             d = S.step_difference(alone.token_ids, alone.logprobs, cs[0].token_ids, cs[0].logprobs)
@@ -248,15 +304,17 @@ def sweep_prefix(t: Target, profile: str, seed: int) -> Outcome:
 def sweep_logprobs(t: Target, profile: str, seed: int) -> Outcome:
     """Batch 1 vs batch N: token ids and logprob bits at every step."""
     n = 8 if profile == "quick" else 32
-    params = GenParams(max_tokens=decode_len(profile), logprobs=2)
-    shape = {"sweep": "logprobs", "prompt": PROBE, "batch": n, "max_tokens": params.max_tokens,
+    params, p = GenParams(max_tokens=decode_len(profile), logprobs=2), probe(t)
+    shape = {"sweep": "logprobs", "prompt": _described(p), "batch": n, "max_tokens": params.max_tokens,
              **dispatch_shape(t)}  # fmt: skip
+    if (skip := _needs_logprobs(t, shape)) is not None:
+        return skip
     batches: dict[str, dict[int, int]] = {}
     try:
         bar = _progress(f"logprobs {t.engine}[{t.mode}]", 1 + n)
-        alone = t.adapter.generate([PROBE], params, progress=bar)[0]
-        batch = [neighbour(i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)]) for i in range(n)]
-        batch[n // 2] = PROBE
+        alone = t.adapter.generate([p], params, progress=bar)[0]
+        batch = [other(t, i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)]) for i in range(n)]
+        batch[n // 2] = p
         cs = send(t, batch, params, seed, bar, batches)
     except AdapterError as exc:
         return Outcome(None, {"error": str(exc)}, f"incomplete: {exc}", shape, error=str(exc))
@@ -283,12 +341,14 @@ def sweep_logprobs(t: Target, profile: str, seed: int) -> Outcome:
 def sweep_prefill_decode(t: Target, profile: str, seed: int) -> Outcome:
     """Each decoded token's logprob vs the prefill rescoring of prompt + generated tokens, bitwise."""
     prompts = (
-        [PROBE, neighbour(3, 40)]
+        [probe(t), other(t, 3, 40)]
         if profile == "quick"
-        else [PROBE] + [neighbour(i, 40 + 20 * i) for i in range(4)]
+        else [probe(t)] + [other(t, i, 40 + 20 * i) for i in range(4)]
     )
     params = GenParams(max_tokens=16, logprobs=0)
     shape = {"sweep": "prefill-decode", "prompts": len(prompts), "max_tokens": params.max_tokens}
+    if (skip := _needs_logprobs(t, shape)) is not None:
+        return skip
     diffs, max_abs, compared = [], 0.0, 0
     try:
         for p in prompts:
@@ -331,9 +391,12 @@ def sweep_cache(t: Target, profile: str, seed: int) -> Outcome:
     ``meta_info.cached_tokens``), the evidence must show cold = 0 and warm > 0; where it does not,
     the hit is not proven and equality is ``vacuous``, never a clean pass."""
     nonce = f"<{secrets.token_hex(6)}> "
-    prompt = nonce + neighbour(7, 160)
-    params = GenParams(max_tokens=16, logprobs=0)
-    shape = {"sweep": "cache", "prompt_chars": len(prompt), "max_tokens": params.max_tokens}
+    # at least a few KV blocks long: vLLM caches only whole blocks (128 tokens on its CPU build)
+    block = int((t.info or {}).get("block_size") or (t.info or {}).get("page_size") or 16)
+    prompt = nonce + neighbour(7, max(160, 8 * block))
+    params = gen(t, 16, logprobs=0)
+    shape = {"sweep": "cache", "prompt_chars": len(prompt), "max_tokens": params.max_tokens,
+             "compared": t.options.compared}  # fmt: skip
     try:
         flushed = t.adapter.flush_cache()
         cold = t.adapter.generate([prompt], params)[0]
@@ -380,10 +443,17 @@ def run_cached(t: Target, name: str, profile: str, seed: int) -> Outcome:
     """A sweep's outcome on ``t``, computed once per session (the control is shared by the paired
     invariance test and the inverse test). Keyed by the target's URL: when the target and the
     control are the same server, both roles read one sweep rather than two timing-dependent ones."""
-    key = (t.url, name, profile, seed)
+    key = (t.url, name, profile, seed, t.options)
     if key not in _OUTCOMES:
-        _OUTCOMES[key] = SWEEPS[name][0](t, profile, seed)
+        _OUTCOMES[key] = _evidence_named(t, SWEEPS[name][0](t, profile, seed))
     return _OUTCOMES[key]
+
+
+def _evidence_named(t: Target, out: Outcome) -> Outcome:
+    """The summary says which evidence the verdict rests on, so a pass on text alone reads as one."""
+    out.summary += f" [compared: {t.options.compared}]"
+    out.evidence.setdefault("compared", t.options.compared)
+    return out
 
 
 _OUTCOMES: dict[tuple, Outcome] = {}
@@ -392,8 +462,8 @@ _OUTCOMES: dict[tuple, Outcome] = {}
 def seeded_sweep(t: Target, profile: str, seed: int) -> tuple[Outcome, list]:
     """The probe sampled with one seed at each concurrency, then four requests with seeds 1..4."""
     lv = [1, 4, 8] if profile == "quick" else [1, 4, 8, 16, 32]
-    params = GenParams(max_tokens=16, temperature=1.0, seed=1234)
-    shape = {"sweep": "seeded-sampling", "prompt": PROBE, "temperature": 1.0, "seed": 1234, "levels": lv,
+    params, p = GenParams(max_tokens=16, temperature=1.0, seed=1234), probe(t)
+    shape = {"sweep": "seeded-sampling", "prompt": _described(p), "temperature": 1.0, "seed": 1234, "levels": lv,
              "max_tokens": params.max_tokens, **dispatch_shape(t),
              "seeds_control_dispatch": INDEPENDENT}  # fmt: skip
     outputs: dict[int, list[list[int]]] = {}
@@ -401,13 +471,15 @@ def seeded_sweep(t: Target, profile: str, seed: int) -> tuple[Outcome, list]:
     others: list = []
     try:
         for n in lv:
-            cs = send(t, [PROBE] * n, params, seed * 1000 + n, bar)
+            cs = send(t, [p] * n, params, seed * 1000 + n, bar)
             outputs[n] = [c.token_ids for c in cs]
         # Four different seeds cannot share one list request (one set of sampling parameters each).
         seeds = [GenParams(max_tokens=16, temperature=1.0, seed=s) for s in (1, 2, 3, 4)]
         others = t.adapter.generate(
-            [PROBE] * 4, seeds, jitter_ms=JITTER_MS, seed=seed, progress=bar
+            [p] * 4, seeds, jitter_ms=JITTER_MS, seed=seed, progress=bar
         )
-        return _sequence_outcome(outputs, None, shape), others
+        out = _sequence_outcome(outputs, None, shape)
+        out.summary += f" [compared: {COMPARED['text' if t.options.evidence == 'text' else 'tokens']}]"
+        return out, others
     except AdapterError as exc:
         return _partial(outputs, shape, exc), others

@@ -10,18 +10,84 @@ sizes go into the evidence, so an equal result says whether the requests ever sh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pytest_invariance.adapters import Adapter, Completion, GenParams, Progress
+from pytest_invariance.adapters import Adapter, AdapterError, Completion, GenParams, Progress
 from pytest_invariance.adapters.base import DISPATCH, INDEPENDENT, LIST
 
 JITTER_MS = (10.0, 30.0)
+PROMPT_KINDS = ("ids", "text")
+EVIDENCE = ("logprobs", "tokens", "text")
+COMPARED = {"logprobs": "token ids and logprob bits", "tokens": "token ids", "text": "text (UTF-8 bytes)"}
+# A real server's probe: 129 tokens = one 128-token KV block (vLLM CPU's block size) + 1, so the
+# probe's own prefill crosses a block boundary and its decode runs over a few hundred tokens of
+# context. Measured on vLLM CPU 0.32 (tiny Llama, hidden 1024, bf16): logprob bits differed from
+# concurrency 2 at step 4 with 129 tokens, at step 8 with 13; token ids stayed equal at every
+# concurrency to 128 either way. The bundled engine shows its batch dependence at any length, so
+# its short text probe stays the default there (and keeps ``make test`` as it was).
+REAL_PROBE_TOKENS = 129
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What the sweeps send and compare, per session (``--invariance-probe-tokens`` & co.).
+
+    ``probe_tokens`` None: the short text probe; else a seeded prompt of that many tokens (token
+    ids, or about that many words where ``prompts`` is ``text``). ``neighbour_tokens``: lengths of
+    the neighbours in the needle/mixed/logprobs sweeps (None: the built-in mix, in characters).
+    ``prefix_lengths``: the prefix sweep's shared-prefix lengths (None: from the reported block and
+    chunk sizes). ``prompts``: ``ids`` or ``text`` (for servers that refuse token ids).
+    ``evidence``: ``logprobs`` (token ids and logprob bits), ``tokens`` (token ids only) or ``text``
+    (the completion text's bytes), for servers that return no logprobs or no ids."""
+
+    probe_tokens: int | None = None
+    neighbour_tokens: tuple[int, ...] | None = None
+    prefix_lengths: tuple[int, ...] | None = None
+    prompts: str = "ids"
+    evidence: str = "logprobs"
+
+    def __post_init__(self) -> None:
+        if self.prompts not in PROMPT_KINDS:
+            raise ValueError(f"prompts must be one of {', '.join(PROMPT_KINDS)}, got {self.prompts!r}")
+        if self.evidence not in EVIDENCE:
+            raise ValueError(f"evidence must be one of {', '.join(EVIDENCE)}, got {self.evidence!r}")
+        for name in ("neighbour_tokens", "prefix_lengths"):
+            v = getattr(self, name)
+            if v is not None and (not v or any(int(x) < 1 for x in v)):
+                raise ValueError(f"{name} must be positive integers, got {v!r}")
+        if self.probe_tokens is not None and self.probe_tokens < 1:
+            raise ValueError(f"probe_tokens must be a positive integer, got {self.probe_tokens!r}")
+
+    @property
+    def compared(self) -> str:
+        return COMPARED[self.evidence]
+
+    @property
+    def logprobs(self) -> bool:
+        return self.evidence == "logprobs"
+
+
+def detect_evidence(adapter: Adapter, prompt: str = "The quick brown fox") -> str:
+    """``logprobs`` when a one-token request with ``logprobs`` returns them, else ``tokens`` when the
+    answer carries token ids, else ``text``: one request, recorded in the target's configuration."""
+    try:
+        c = adapter.generate_one(prompt, GenParams(max_tokens=1, logprobs=1))
+        if c.logprobs is not None:
+            return "logprobs"
+    except AdapterError as exc:
+        if "logprobs" not in exc.field:
+            raise
+        c = adapter.generate_one(prompt, GenParams(max_tokens=1))
+    return "text" if c.extra.get("lossy_token_ids") else "tokens"
 INFO_KEYS = (
     "engine", "version", "model", "mode", "batch_invariant", "enable_deterministic_inference", "dtype",
     "device", "device_name", "num_threads", "max_num_seqs", "chunk_size", "chunked_prefill_size",
     "page_size", "block_size", "enable_prefix_cache", "disable_radix_cache", "split_kv", "kernels",
     "unrouted", "fully_invariant_routing", "attention_backend", "sampling_backend", "tp_size",
     "gemm_strategy", "splitk_max_m", "split_kv_min_tokens", "batch_mechanisms",
+    "served_model_name", "model_path", "quantization", "max_model_len", "enforce_eager", "kv_cache_dtype",
+    "enable_chunked_prefill", "cudagraph_mode", "compilation_mode", "cuda_graph", "max_running_requests",
+    "max_prefill_tokens", "owned_by", "implementation", "version_source",
 )  # fmt: skip
 
 
@@ -36,6 +102,7 @@ class Target:
     mode: str | None = None
     log_path: str | None = None
     dispatch: str = LIST  # how a batch is sent: one list request, or independent jittered requests
+    options: SweepOptions = field(default_factory=SweepOptions)
 
     def __post_init__(self) -> None:
         if self.dispatch not in DISPATCH:
@@ -65,7 +132,8 @@ class Target:
         return None
 
     def config(self) -> dict:
-        return {k: self.info[k] for k in INFO_KEYS if self.info and k in self.info}
+        cfg = {k: self.info[k] for k in INFO_KEYS if self.info and k in self.info}
+        return {**cfg, "evidence": self.options.evidence, "prompts": self.options.prompts}
 
 
 def engine_identity(t: Target) -> tuple:
@@ -75,10 +143,11 @@ def engine_identity(t: Target) -> tuple:
 
 
 def dispatch_shape(t: Target) -> dict:
-    """How a sweep's batches were sent, for its record's shape."""
+    """How a sweep's batches were sent and what it compared, for its record's shape."""
+    how = {"compared": t.options.compared, "prompts": t.options.prompts}
     if t.dispatch == LIST:
-        return {"dispatch": LIST}
-    return {"dispatch": INDEPENDENT, "jitter_ms": list(JITTER_MS)}
+        return {"dispatch": LIST, **how}
+    return {"dispatch": INDEPENDENT, "jitter_ms": list(JITTER_MS), **how}
 
 
 def send(

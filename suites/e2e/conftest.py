@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_invariance.adapters import AdapterError, make_adapter
+from pytest_invariance.adapters import Adapter, AdapterError, make_adapter
 from pytest_invariance.e2e import Target
+from pytest_invariance.e2e.target import REAL_PROBE_TOKENS, SweepOptions, detect_evidence
 from pytest_invariance.plugin import adapter_options, option
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +49,59 @@ def _dispatch(config: pytest.Config) -> str:
     return value
 
 
+_OPTIONS: dict[int, SweepOptions] = {}
+
+
+def _lengths(config: pytest.Config, name: str) -> tuple[int, ...] | None:
+    text = option(config, name)
+    if text is None:
+        return None
+    try:
+        values = tuple(int(x) for x in str(text).replace(" ", "").split(",") if x)
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise pytest.UsageError(f"{name}: expected positive integers separated by commas, got {text!r}")
+    return values
+
+
+def sweep_options(config: pytest.Config, adapter: Adapter | None = None) -> SweepOptions:
+    """One :class:`SweepOptions` per session, so a target and its control send and compare alike.
+
+    Defaults: a ``--invariance-url`` target gets a 129-token probe (one 128-token block + 1, see
+    ``REAL_PROBE_TOKENS``); the bundled engine alone keeps the short text probe. ``auto`` prompts are text for the
+    plain ``openai`` flavour (servers such as ``transformers serve`` refuse token ids), ids elsewhere;
+    ``auto`` evidence asks the first live server once whether it returns logprobs and token ids."""
+    if id(config) in _OPTIONS:
+        return _OPTIONS[id(config)]
+    url = option(config, "invariance_url") or config.getoption("invariance_url_control")
+    engine = option(config, "invariance_engine") or ("openai" if url else "bundled")
+    probe = option(config, "invariance_probe_tokens")
+    try:
+        probe = int(probe) if probe is not None else (REAL_PROBE_TOKENS if url else None)
+    except ValueError:
+        raise pytest.UsageError(f"invariance_probe_tokens: expected a positive integer, got {probe!r}") from None
+    prompts = option(config, "invariance_prompts") or "auto"
+    if prompts == "auto":
+        prompts = "text" if engine == "openai" else "ids"
+    evidence = option(config, "invariance_evidence") or "auto"
+    if evidence == "auto":
+        evidence = "logprobs"
+        if engine == "openai" and adapter is not None:
+            try:
+                evidence = detect_evidence(adapter)
+            except AdapterError as exc:
+                pytest.fail(f"{adapter.base_url}: cannot tell what the server returns: {exc}", pytrace=False)
+    try:
+        opts = SweepOptions(probe_tokens=probe, neighbour_tokens=_lengths(config, "invariance_neighbour_tokens"),
+                            prefix_lengths=_lengths(config, "invariance_prefix_lengths"), prompts=prompts,
+                            evidence=evidence)  # fmt: skip
+    except ValueError as exc:
+        raise pytest.UsageError(f"e2e sweep options: {exc}") from None
+    _OPTIONS[id(config)] = opts
+    return opts
+
+
 def _connect(config: pytest.Config, url: str, engine: str, role: str, expected: str) -> Target:
     adapter = make_adapter(engine, url, retries=2, **adapter_options(config))
     try:
@@ -56,9 +110,23 @@ def _connect(config: pytest.Config, url: str, engine: str, role: str, expected: 
         if exc.field in ("connection", "timeout", "deadline", "url", "transport"):
             flag = "--invariance-url" if role == "target" else "--invariance-url-control"
             pytest.fail(f"{flag} {url} is unreachable: {exc}", pytrace=False)
-    t = Target(adapter, role, expected, dispatch=_dispatch(config))
+    t = Target(adapter, role, expected, dispatch=_dispatch(config), options=sweep_options(config, adapter))
     t.refresh()
+    _name_target(config, t)
     return t
+
+
+def _name_target(config: pytest.Config, t: Target) -> None:
+    """``--invariance-implementation`` / ``--invariance-target-version``: identity the server does
+    not report (a plain OpenAI server says neither what it is nor which version), marked as given."""
+    name, version = option(config, "invariance_implementation"), option(config, "invariance_target_version")
+    info = dict(t.info or {})
+    if name:
+        info["implementation"] = name
+    if version and not info.get("version"):
+        info.update(version=version, version_source="--invariance-target-version")
+    if name or version:
+        t.info = info
 
 
 def _start(
@@ -78,7 +146,8 @@ def _start(
     except EngineUnavailable as exc:
         pytest.skip(f"e2e suites need the bundled engine: {exc}")
     request.addfinalizer(eng.stop)
-    t = Target(adapter, role, expected, log_path=str(eng.log_path), dispatch=_dispatch(request.config))
+    t = Target(adapter, role, expected, log_path=str(eng.log_path), dispatch=_dispatch(request.config),
+               options=sweep_options(request.config))  # fmt: skip
     t.refresh()
     return t
 

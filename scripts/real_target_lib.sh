@@ -1,0 +1,26 @@
+# Shared by the real-engine e2e scripts (vllm_cpu.sh, transformers_serve.sh): messages, a loud
+# skip, bounded health waits and stopping the servers this script started (by pid, nothing else).
+PIDS=()
+say() { echo "${TAG:-e2e}: $*"; }
+skip() {
+  echo "################################################################################" >&2
+  echo "${TAG:-e2e}: SKIP: $*" >&2
+  echo "################################################################################" >&2
+  exit 0
+}
+stop_all() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  PIDS=()
+}
+# wait_healthy PID PORT [SECONDS]: 0 once GET /health answers 200; 1 when PID exits or time runs out
+wait_healthy() {
+  local pid=$1 port=$2 left=${3:-300}
+  while [ "$left" -gt 0 ]; do
+    curl -s -o /dev/null -m 5 -w "%{http_code}" "http://127.0.0.1:$port/health" 2>/dev/null | grep -q 200 && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 2
+    left=$((left - 2))
+  done
+  return 1
+}
