@@ -322,13 +322,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(state, "invariance-session")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "invariance-xdist")
-    from pytest_invariance import progress
+    from pytest_invariance.adapters import progress
 
     progress.install(progress.pytest_sink(config))  # sweeps' progress lines reach the terminal live
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from pytest_invariance import progress
+    from pytest_invariance.adapters import progress
 
     progress.install(None)
 

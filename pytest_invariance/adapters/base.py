@@ -85,7 +85,7 @@ def _retry_after(resp: requests.Response) -> float | None:
 
 class Progress:
     """Progress of a sweep: a line at each quarter (``single bundled[invariant]: 8/31``) through
-    :mod:`pytest_invariance.progress`, which reaches the terminal while pytest captures; given a
+    :mod:`pytest_invariance.adapters.progress`, which reaches the terminal while pytest captures; given a
     ``stream`` that is a terminal, ``\\r`` updates there instead."""
 
     def __init__(self, total: int, label: str, stream: Any = None, enabled: bool = True) -> None:
@@ -114,7 +114,7 @@ class Progress:
                     self._last_quarter = quarter
                     line = f"{self.label}: {self.done}/{self.total}"
                     if self.stream is None:
-                        from ..progress import emit
+                        from .progress import emit
 
                         emit(line)
                     else:
