@@ -207,7 +207,9 @@ class LLMEngine:
         targets = torch.tensor(
             seq.prompt_ids[first : first + lp.shape[0]], dtype=torch.long, device=lp.device
         )
-        seq.prompt_logprobs.extend(lp.gather(1, targets[:, None])[:, 0].tolist())
+        scored = lp.gather(1, targets.clamp(max=lp.shape[1] - 1)[:, None])[:, 0]
+        scored[targets >= lp.shape[1]] = -math.inf  # a reserved id: the LM head never scores it
+        seq.prompt_logprobs.extend(scored.tolist())
         seq.prompt_top_logprobs.extend(top_logprobs(lp, seq.params.prompt_logprobs or 0))
 
     def _finish_reason(self, seq: Sequence, tok: int) -> str | None:
