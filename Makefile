@@ -10,7 +10,9 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 REPORT_DIR ?= reports/demo
 
-.PHONY: demo test lint venv clean-venv
+SGLANG_OUT ?= reports/_scratch/sglang-driver
+
+.PHONY: demo test lint venv clean-venv sglang-driver
 
 venv: $(STAMP)
 
@@ -35,6 +37,11 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m pytest_invariance.demo --out $(REPORT_DIR)
+
+# SGLang's own determinism driver (from the sglang wheel on PyPI, fetched to a temp dir, never kept)
+# against the bundled engine in both modes; a wheel that cannot be fetched is a loud skip.
+sglang-driver: $(STAMP)
+	$(PY) scripts/sglang_driver.py --out $(SGLANG_OUT)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
