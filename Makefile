@@ -10,7 +10,9 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 REPORT_DIR ?= reports/demo
 
-.PHONY: demo test lint venv clean-venv e2e-vllm e2e-transformers
+SGLANG_OUT ?= reports/_scratch/sglang-driver
+
+.PHONY: demo test lint venv clean-venv e2e-vllm e2e-transformers sglang-driver
 
 venv: $(STAMP)
 
@@ -44,6 +46,11 @@ e2e-vllm: $(STAMP)
 # `transformers serve --continuous-batching` in text mode, on the venv and model e2e-vllm made.
 e2e-transformers: $(STAMP)
 	bash scripts/transformers_serve.sh
+
+# SGLang's own determinism driver (from the sglang wheel on PyPI, fetched to a temp dir, never kept)
+# against the bundled engine in both modes; a wheel that cannot be fetched is a loud skip.
+sglang-driver: $(STAMP)
+	$(PY) scripts/sglang_driver.py --out $(SGLANG_OUT)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -16,6 +16,11 @@ BOS_ID = 256
 EOS_ID = 257
 PAD_ID = 258
 BYTE_VOCAB_SIZE = 259
+# The demo's ids: the byte vocabulary, then reserved ids up to GPT-2's 50257 padded to a multiple of
+# 64. Drivers written for real tokenizers send random ids in that range (SGLang's radix-cache test
+# draws from [100, 50000]); a reserved id is a valid prompt token that the model never emits.
+DEMO_VOCAB_SIZE = 50304
+DEMO_CONTEXT = 8192
 GEMM_STRATEGIES = ("m-bucket", "one-pass")
 
 
@@ -28,6 +33,10 @@ class ModelConfig:
 
     name: str = "bundled-demo"
     vocab_size: int = BYTE_VOCAB_SIZE
+    # LM-head rows (0: vocab_size). Ids at or above are reserved: accepted in prompts, never scored
+    # (logit -inf, so never sampled), as a real model's untrained reserved tokens; their synthetic
+    # embedding rows are generated when a prompt uses them (see weights.synthetic_rows).
+    scored_vocab: int = 0
     hidden: int = 1024
     layers: int = 2
     heads: int = 16
@@ -57,6 +66,15 @@ class ModelConfig:
             raise ValueError("head_dim must be even for RoPE")
         if self.n_experts and not 1 <= self.top_k <= self.n_experts:
             raise ValueError(f"top_k must be in [1, n_experts], got {self.top_k}")
+        if not 0 <= self.scored_vocab <= self.vocab_size:
+            raise ValueError(f"scored_vocab must be in [0, vocab_size={self.vocab_size}], got {self.scored_vocab}")
+        if self.scored_vocab and self.tie_embeddings:
+            raise ValueError("scored_vocab needs an untied LM head")
+
+    @property
+    def output_vocab(self) -> int:
+        """Rows of the LM head: the ids the model can emit."""
+        return self.scored_vocab or self.vocab_size
 
     @property
     def expert_intermediate(self) -> int:
@@ -155,7 +173,14 @@ class EngineConfig:
 
 
 def demo_model() -> ModelConfig:
-    """The CPU demo model: hidden 1024, 2 layers, bf16, an LM head with a shared direction.
+    """The CPU demo model: hidden 1024, 2 layers, bf16, an LM head with a shared direction, a context
+    of 8192 tokens and 50304 ids of which the 259 byte-vocabulary ones are scored.
+
+    Why the context and the reserved ids: drivers written for real engines (SGLang's determinism
+    test: prefix prompts of 4097 characters, random token ids up to 50000) must run against the
+    default preset. Reserved ids cost nothing unless a prompt holds them (their embedding rows are
+    generated on lookup, the LM head has no row for them), so the demo's outputs are bit-identical
+    to a 259-id model's.
 
     Why the shared direction (``lm_head_shared=30``): default mode's designed mechanisms (M-bucket
     split-K, split-KV) move a row's bf16 bits by about one ULP here and there. That changes a
@@ -167,7 +192,12 @@ def demo_model() -> ModelConfig:
     pairs); with it 8 of 8 within 48 (30 of 32 pairs, median token 13). Small enough that 16
     requests x 48 tokens run in seconds on 2 cores.
     """
-    return ModelConfig(lm_head_shared=30.0)
+    return ModelConfig(
+        lm_head_shared=30.0,
+        vocab_size=DEMO_VOCAB_SIZE,
+        scored_vocab=BYTE_VOCAB_SIZE,
+        max_position=DEMO_CONTEXT,
+    )
 
 
 def llama3_8b_sized(vocab_size: int = BYTE_VOCAB_SIZE) -> ModelConfig:

@@ -42,7 +42,9 @@ def _kv_budget_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free * 0.5)
-    return 1 << 30
+    # 256 MiB on CPU: the demo's 8192 blocks (131072 tokens), as when its context was 2048; the
+    # 8192 context would otherwise zero 1 GiB per engine start (several run at once in the tests).
+    return 1 << 28
 
 
 class LLMEngine:
@@ -207,7 +209,9 @@ class LLMEngine:
         targets = torch.tensor(
             seq.prompt_ids[first : first + lp.shape[0]], dtype=torch.long, device=lp.device
         )
-        seq.prompt_logprobs.extend(lp.gather(1, targets[:, None])[:, 0].tolist())
+        scored = lp.gather(1, targets.clamp(max=lp.shape[1] - 1)[:, None])[:, 0]
+        scored[targets >= lp.shape[1]] = -math.inf  # a reserved id: the LM head never scores it
+        seq.prompt_logprobs.extend(scored.tolist())
         seq.prompt_top_logprobs.extend(top_logprobs(lp, seq.params.prompt_logprobs or 0))
 
     def _finish_reason(self, seq: Sequence, tok: int) -> str | None:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 from .kernels import AttnBatch, Kernels
+from .weights import synthetic_rows
 
 
 class RoPE:
@@ -94,7 +95,7 @@ class Model:
         """Hidden states after the final norm for every token of the step: [T, hidden]."""
         cfg = self.cfg
         q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-        x = self.embed[ids]
+        x = self._embed(ids)
         for lay, (k_cache, v_cache) in zip(self.layers, kv, strict=True):
             h = kern.rms_norm(x, lay["in_norm"], cfg.rms_eps)
             qkv = kern.linear(h, lay["qkv"], lay["qkv_bias"])
@@ -114,6 +115,17 @@ class Model:
                 inter = gu.shape[-1] // 2
                 x = x + kern.linear(F.silu(gu[:, :inter]) * gu[:, inter:], lay["down"])
         return kern.rms_norm(x, self.norm, cfg.rms_eps)
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Embedding rows; a reserved id (past the materialized rows) gets its synthetic row."""
+        n = self.embed.shape[0]
+        if n >= self.cfg.vocab_size or ids.numel() == 0 or int(ids.max()) < n:
+            return self.embed[ids]
+        x = self.embed[ids.clamp(max=n - 1)]
+        reserved = ids >= n
+        rows = synthetic_rows(self.cfg, "model.embed_tokens.weight", ids[reserved].tolist())
+        x[reserved] = rows.to(x.device)
+        return x
 
     def logits(self, kern: Kernels, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits of the selected rows (the LM head GEMM in the model dtype, as engines do)."""

@@ -129,6 +129,7 @@ class ChatCompletionRequest(_Strict):
     stream_options: StreamOptions | None = None
     add_generation_prompt: bool = True
     return_token_ids: bool = False
+    return_tokens_as_token_ids: bool = False
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None

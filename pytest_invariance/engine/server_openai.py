@@ -154,6 +154,15 @@ class _LegacyLogprobs:
     def name(self, token_id: int) -> str:
         return f"token_id:{token_id}" if self.as_ids else token_text(self.ctx.tokenizer, token_id)
 
+    def top(self, alternatives: list[tuple[int, float]]) -> dict[str, float | None]:
+        """One position's ``{token: logprob}``. Keyed by text, two candidates that decode alike
+        (bytes 0x80-0xFF alone are both U+FFFD) share a key: the higher logprob keeps it, so the
+        greedy token never looks lower than an alternative. ``token_id:N`` keys lose nothing."""
+        out: dict[str, float | None] = {}
+        for t, lp in alternatives:  # best first
+            out.setdefault(self.name(t), finite(lp))
+        return out
+
     def build(
         self,
         ids: list[int],
@@ -166,7 +175,7 @@ class _LegacyLogprobs:
         for t in tokens:
             offsets.append(pos)
             pos += len(t) if not self.as_ids else 0
-        top = [None if tp is None else {self.name(t): finite(lp) for t, lp in tp} for tp in tops]
+        top = [None if tp is None else self.top(tp) for tp in tops]
         return {
             "tokens": tokens,
             "token_logprobs": [finite(x) for x in lps],
@@ -309,16 +318,20 @@ async def completions(ctx: ServerContext, request: Request, body: Any) -> Respon
 
 
 def _chat_logprob_entry(
-    ctx: ServerContext, token_id: int, lp: float | None, top: list[Any]
+    ctx: ServerContext, token_id: int, lp: float | None, top: list[Any], as_ids: bool = False
 ) -> dict[str, Any]:
+    """A ``logprobs.content`` entry; ``as_ids`` names tokens ``token_id:N`` (``bytes`` stay the token's)."""
     tok = ctx.tokenizer
+
+    def name(t: int) -> str:
+        return f"token_id:{t}" if as_ids else token_text(tok, t)
+
     return {
-        "token": token_text(tok, token_id),
+        "token": name(token_id),
         "bytes": token_bytes(tok, token_id),
         "logprob": finite(lp),
         "top_logprobs": [
-            {"token": token_text(tok, t), "bytes": token_bytes(tok, t), "logprob": finite(alp)}
-            for t, alp in top
+            {"token": name(t), "bytes": token_bytes(tok, t), "logprob": finite(alp)} for t, alp in top
         ],
     }
 
@@ -368,7 +381,7 @@ async def chat_completions(ctx: ServerContext, request: Request, body: Any) -> R
             if k is not None:
                 logprobs = {
                     "content": [
-                        _chat_logprob_entry(ctx, t, lp, top)
+                        _chat_logprob_entry(ctx, t, lp, top, req.return_tokens_as_token_ids)
                         for t, lp, top in zip(r.token_ids, r.logprobs, r.top_logprobs, strict=True)
                     ]
                 }
@@ -402,7 +415,7 @@ async def chat_completions(ctx: ServerContext, request: Request, body: Any) -> R
         if k is not None and new:
             logprobs = {
                 "content": [
-                    _chat_logprob_entry(ctx, t, lp, top)
+                    _chat_logprob_entry(ctx, t, lp, top, req.return_tokens_as_token_ids)
                     for t, lp, top in zip(
                         r.token_ids[n_before:], r.logprobs[n_before:], r.top_logprobs[n_before:], strict=True
                     )

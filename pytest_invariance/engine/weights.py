@@ -55,7 +55,11 @@ def name_key(seed: int, name: str) -> np.uint64:
 
 def counter_uniform(key: np.uint64, start: int, n: int) -> np.ndarray:
     """Uniform float32 values in [-1, 1) with 24 random bits each, for counters start..start+n-1."""
-    idx = np.arange(start, start + n, dtype=np.uint64)
+    return uniform_at(key, np.arange(start, start + n, dtype=np.uint64))
+
+
+def uniform_at(key: np.uint64, idx: np.ndarray) -> np.ndarray:
+    """`counter_uniform` at arbitrary uint64 counters: any subset of a tensor, the same bits."""
     with np.errstate(over="ignore"):
         bits = splitmix64(idx * _GOLDEN ^ key)
     top = (bits >> np.uint64(40)).astype(np.int64) - (1 << 23)  # exact integers in [-2^23, 2^23)
@@ -72,6 +76,26 @@ def synthetic_tensor(seed: int, name: str, shape: tuple[int, ...], std: float) -
     for s in range(0, n, step):
         out[s : s + step] = counter_uniform(key, s, min(step, n - s)) * scale
     return out.reshape(shape)
+
+
+def synthetic_rows(cfg: ModelConfig, name: str, rows: list[int]) -> torch.Tensor:
+    """Rows of the synthetic [vocab_size, hidden] matrix `name`, in the model dtype, without building
+    the matrix: bit-identical to the same rows of the full tensor (its counters are row * hidden + j).
+    Serves reserved ids, whose embedding rows only a prompt that holds them needs."""
+    h = cfg.hidden
+    idx = (np.asarray(rows, dtype=np.uint64)[:, None] * np.uint64(h) + np.arange(h, dtype=np.uint64)).ravel()
+    scale = np.float32(_std(cfg, name, (cfg.vocab_size, h)) * math.sqrt(3.0))
+    vals = uniform_at(name_key(cfg.seed, name), idx) * scale
+    return torch.from_numpy(vals.reshape(len(rows), h)).to(torch_dtype(cfg.dtype))
+
+
+def _std(cfg: ModelConfig, name: str, shape: tuple[int, ...]) -> float:
+    """Init std of a synthetic tensor: 0.02 for biases, weight_scale for the embedding, else /sqrt(fan_in)."""
+    if name.endswith(".bias"):
+        return 0.02
+    if name == "model.embed_tokens.weight":
+        return cfg.weight_scale
+    return cfg.weight_scale / math.sqrt(shape[-1])
 
 
 def _i64(v: int) -> int:
@@ -137,7 +161,7 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             shapes[p + "mlp.down_proj.weight"] = (h, cfg.intermediate)
     shapes["model.norm.weight"] = (h,)
     if not cfg.tie_embeddings:
-        shapes["lm_head.weight"] = (cfg.vocab_size, h)
+        shapes["lm_head.weight"] = (cfg.output_vocab, h)
     return shapes
 
 
@@ -154,9 +178,9 @@ def synthetic_weights(
         if name.endswith("norm.weight"):
             yield name, torch.ones(shape, dtype=dtype, device=dev)
             continue
-        std = 0.02 if name.endswith(".bias") else cfg.weight_scale
-        if not name.endswith(".bias") and name != "model.embed_tokens.weight":
-            std = cfg.weight_scale / math.sqrt(shape[-1])
+        std = _std(cfg, name, shape)
+        if name == "model.embed_tokens.weight":
+            shape = (cfg.output_vocab, shape[1])  # reserved rows: `synthetic_rows` on lookup
         if dev is not None and dev.type == "cuda":
             t = synthetic_tensor_torch(cfg.seed, name, shape, std, dev)
         else:

@@ -142,6 +142,36 @@ def test_completions_token_names_as_ids(base: str) -> None:
     assert c["logprobs"]["tokens"] == [f"token_id:{t}" for t in c["token_ids"]]
 
 
+def test_openai_client_top_logprobs_keep_every_candidate_as_token_ids(client: openai.OpenAI) -> None:
+    """Text keys collide (bytes 0x80-0xFF alone all decode to U+FFFD), so the text-keyed dict drops
+    candidates, keeping the higher logprob; ``return_tokens_as_token_ids`` keeps all k, best first,
+    and the greedy token is the best of them with the same bits."""
+    k = 20
+    kw = dict(model="x", prompt=[200, 201, 202], max_tokens=6, temperature=0, logprobs=k)
+    as_text = client.completions.create(**kw).choices[0].logprobs
+    as_ids = client.completions.create(**kw, extra_body={"return_tokens_as_token_ids": True}).choices[0]
+    lp = as_ids.logprobs
+    assert min(len(top) for top in as_text.top_logprobs) < k  # the lossy form really lost some
+    ids = as_ids.model_extra["token_ids"]
+    for tok, tok_lp, top, text_top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, as_text.top_logprobs,
+                                          strict=True):  # fmt: skip
+        assert len(top) == k and all(key.startswith("token_id:") for key in top)
+        assert list(top.values()) == sorted(top.values(), reverse=True)
+        assert next(iter(top)) == tok and top[tok] == tok_lp  # greedy: the best candidate, same bits
+        assert max(text_top.values()) == tok_lp  # a collision never hides the greedy token's logprob
+    assert lp.tokens == [f"token_id:{t}" for t in ids]
+
+
+def test_chat_token_names_as_ids(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=5, extra_body={"return_tokens_as_token_ids": True},
+    )  # fmt: skip
+    choice = out.choices[0]
+    assert [e.token for e in choice.logprobs.content] == [f"token_id:{t}" for t in choice.model_extra["token_ids"]]
+    assert all(len({t.token for t in e.top_logprobs}) == 5 for e in choice.logprobs.content)
+
+
 # --- chat ----------------------------------------------------------------------------------------
 
 
@@ -260,6 +290,29 @@ def test_generate_n_and_per_item_params(base: str) -> None:
     assert len(out) == 4
     assert [len(o["output_ids"]) <= m for o, m in zip(out, [2, 2, 3, 3], strict=True)] == [True] * 4
     assert out[2]["output_ids"] == out[3]["output_ids"]  # greedy samples agree
+
+
+# --- cached tokens -------------------------------------------------------------------------------
+
+
+def test_cached_tokens_reach_the_openai_client_and_generate() -> None:
+    """With the prefix cache on, a repeat of a prompt reports the cached prefix where vLLM and SGLang
+    do: ``usage.prompt_tokens_details.cached_tokens`` (parsed by the official client) and
+    ``meta_info.cached_tokens``; a cold prompt reports 0. Without the cache there is no hit to report."""
+    prompt = "a prefix long enough for several KV blocks " * 2  # 86 tokens: 5 full blocks of 16
+    for cache, warm_expected in ((True, 80), (False, 0)):
+        with ServerThread(create_app(tiny_config(enable_prefix_cache=cache))) as url:
+            with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60) as c:
+                cold, warm = (
+                    c.completions.create(model="x", prompt=prompt, max_tokens=1, temperature=0).usage
+                    for _ in range(2)
+                )
+            gen = {"text": prompt, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+            meta = requests.post(url + "/generate", json=gen, timeout=60).json()["meta_info"]
+        assert cold.prompt_tokens == warm.prompt_tokens == len(prompt)
+        assert cold.prompt_tokens_details.cached_tokens == 0
+        assert warm.prompt_tokens_details.cached_tokens == warm_expected, f"prefix cache {cache}"
+        assert meta["cached_tokens"] == warm_expected
 
 
 # --- info routes ---------------------------------------------------------------------------------
