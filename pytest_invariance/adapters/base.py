@@ -236,6 +236,14 @@ class Adapter(ABC):
         """Drop cached prefixes; False where the engine offers no way to."""
         return False
 
+    def post_succeeds(self, path: str) -> bool:
+        """POST ``path`` with no body: whether the server accepted it (a failure is an answer here)."""
+        try:
+            self.request("POST", path)
+        except AdapterError:
+            return False
+        return True
+
     def step_batch_sizes(self) -> dict[int, int] | None:
         """Engine steps run so far by exact batch size (None where the engine does not report them).
         A sweep diffs two readings to show whether its requests were really co-batched."""

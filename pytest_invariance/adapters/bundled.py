@@ -47,11 +47,7 @@ class BundledAdapter(VLLMAdapter):
         return super().mode(info)
 
     def flush_cache(self) -> bool:
-        try:
-            self.request("POST", "/flush_cache?timeout=60")
-        except AdapterError:
-            return False
-        return True
+        return self.post_succeeds("/flush_cache?timeout=60")
 
     def step_batch_sizes(self) -> dict[int, int] | None:
         """``invariance_engine_steps_by_batch_size_total`` from ``/metrics`` (None when unreadable)."""

@@ -107,8 +107,4 @@ class SGLangAdapter(Adapter):
         return None
 
     def flush_cache(self) -> bool:
-        try:
-            self.request("POST", "/flush_cache?timeout=60")
-        except AdapterError:
-            return False
-        return True
+        return self.post_succeeds("/flush_cache?timeout=60")

@@ -137,8 +137,4 @@ class VLLMAdapter(OpenAIAdapter):
         return super().mode(info)
 
     def flush_cache(self) -> bool:
-        try:
-            self.request("POST", "/reset_prefix_cache")
-        except AdapterError:
-            return False
-        return True
+        return self.post_succeeds("/reset_prefix_cache")
