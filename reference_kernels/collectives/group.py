@@ -120,7 +120,7 @@ class RankPool:
         bad = {r: v for r, v in ready.items() if v[0] is False}
         if bad:
             r, (_, err) = min(bad.items())
-            self.close(f"rank {r} could not join the group: {err}")
+            self.close(f"rank {r} could not join the group: {err}", failed=True)
             raise RuntimeError(f"rank {r} could not join the gloo group: {err}")
 
     def restart(self) -> RankPool:
@@ -129,11 +129,13 @@ class RankPool:
         self._start()
         return self
 
-    def close(self, reason: str = "closed") -> None:
-        """Stop every rank within a few seconds; idempotent."""
+    def close(self, reason: str = "closed", *, failed: bool = False) -> None:
+        """Stop every rank within a few seconds (at once after a failure: no polite stop); idempotent."""
         if self.closed is None:
             self.closed = reason
-        self._finalizer()
+        fin = getattr(self, "_finalizer", None)
+        if fin is not None and fin.detach() is not None:
+            _stop(self._procs, self._inq, self._dir, polite=not failed)
 
     def __enter__(self) -> RankPool:
         return self
@@ -143,6 +145,7 @@ class RankPool:
 
     # -- calls ---------------------------------------------------------------------------------
     def _collect(self, task: object, ranks: Sequence[int] | range, timeout: float, what: str) -> dict:
+        """Results of ``task`` by rank, until all came, one failed, a rank died or time ran out."""
         want, got = set(ranks), {}
         deadline = time.monotonic() + timeout
         while want - set(got):
@@ -151,7 +154,7 @@ class RankPool:
             if dead or left <= 0:
                 missing = sorted(want - set(got))
                 why = f"rank(s) {missing} {'died' if dead else 'gave no result'} within {timeout:g} s ({what})"
-                self.close(why)
+                self.close(why, failed=True)
                 raise TimeoutError(why) if not dead else RuntimeError(why)
             try:
                 t, rank, ok, payload = self._outq.get(timeout=min(left, POLL_S))
@@ -159,6 +162,8 @@ class RankPool:
                 continue
             if t == task:
                 got[rank] = (ok, payload)
+                if not ok:  # one rank failed: the others may wait in the collective forever
+                    break
         return got
 
     def run(self, fn: Callable, world_size: int, per_rank: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
@@ -176,21 +181,23 @@ class RankPool:
         errors = {r: p for r, (ok, p) in got.items() if not ok}
         if errors:
             r = min(errors)
-            self.close(f"rank {r} raised")
+            self.close(f"rank {r} raised", failed=True)
             raise RuntimeError(f"rank {r} of {world_size}: {errors[r]}")
         return [unpack(got[r][1]) for r in range(world_size)]
 
 
-def _stop(procs: list, inqs: list, tmpdir: str) -> None:
-    for q, p in zip(inqs, procs, strict=True):
-        if p.is_alive():
-            try:
-                q.put(None)
-            except (OSError, ValueError):
-                pass
-    deadline = time.monotonic() + 5.0
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
+def _stop(procs: list, inqs: list, tmpdir: str, polite: bool = True) -> None:
+    """Ask the ranks to stop (``polite``), then terminate, then kill whatever is left; bounded."""
+    if polite:
+        for q, p in zip(inqs, procs, strict=True):
+            if p.is_alive():
+                try:
+                    q.put(None)
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + 5.0
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
     for p in procs:
         if p.is_alive():
             p.terminate()
