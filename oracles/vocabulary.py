@@ -54,5 +54,5 @@ VERDICT_SYMBOLS = {INVARIANT: "✔", DIVERGENT: "✘", VACUOUS: "∅", INCOMPLET
 ORACLE_SHORT = {
     BATCH_SIZE: "size", BATCH_POSITION: "pos", RUN_TO_RUN: "rerun", CHUNKING: "chunk",
     PREFILL_DECODE: "p/d", CACHE: "cache", UNIQUE_SAMPLES: "uniq", SEEDED_SAMPLING: "seed",
-    PRECISION: "prec", PERF: "perf",
+    PRECISION: "prec", PERF: "perf", WORLD_SIZE: "tp",
 }  # fmt: skip
