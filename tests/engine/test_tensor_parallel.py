@@ -1,0 +1,84 @@
+"""The bundled engine at --tensor-parallel 2 on CPU gloo ranks: right numbers, and invariance within TP2.
+
+Invariant mode at TP2 (reference kernels on each shard, the rank-order reference all-reduce) must
+give a probe request bit-identical greedy tokens and logprobs alone and in a batch of 16; default
+mode at TP2 (M-bucket split-K, stock gloo all-reduce) is the positive control and must not. TP1 vs
+TP2 is not promised bitwise (other partial sums): here it must only agree to bf16 precision.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_invariance.engine.config import EngineConfig, ModelConfig
+from pytest_invariance.engine.llm import LLM
+from pytest_invariance.engine.sampler import SamplingParams
+from pytest_invariance.engine.tensor_parallel import check_shardable
+
+PROMPTS = [f"Prompt {i}: the {['cat', 'dog', 'sky', 'sea'][i % 4]} is {i * 13} steps away." for i in range(16)]
+PROBES = (0, 15)
+PARAMS = SamplingParams(max_tokens=8, ignore_eos=True, logprobs=0)
+
+
+def _tp2(batch_invariant: bool) -> LLM:
+    return LLM(batch_invariant=batch_invariant, tensor_parallel=2, num_blocks=64)
+
+
+def _forks(llm: LLM) -> tuple[dict[int, int | None], int]:
+    """First step where a probe's (token, logprob bits) alone differ from inside the batch of 16."""
+    batched = llm.generate(PROMPTS, PARAMS)
+    out = {}
+    for i in PROBES:
+        alone = llm.generate([PROMPTS[i]], PARAMS)[0]
+        pairs = zip(zip(alone.token_ids, alone.logprobs), zip(batched[i].token_ids, batched[i].logprobs))  # noqa: B905
+        out[i] = next((k for k, (a, b) in enumerate(pairs) if a != b), None)
+    return out, max(c.max_batch_size for c in batched)
+
+
+@pytest.fixture(scope="module")
+def default_tp2():
+    llm = _tp2(False)
+    yield llm
+    llm.engine.runner.close()
+
+
+@pytest.fixture(scope="module")
+def invariant_tp2():
+    llm = _tp2(True)
+    yield llm
+    llm.engine.runner.close()
+
+
+def test_server_info_names_tp_size_and_collective(default_tp2, invariant_tp2):
+    for llm, name in ((default_tp2, "torch-gloo"), (invariant_tp2, "reference")):
+        info = llm.info()
+        assert info["tensor_parallel"] == 2 and info["collective"] == name
+        assert info["kernel_implementations"]["allreduce"] == name
+
+
+def test_invariant_tp2_is_bitwise_batch_invariant_and_default_is_not(default_tp2, invariant_tp2):
+    control, max_batch = _forks(default_tp2)
+    assert max_batch == 16, "the requests were not batched together"
+    assert any(f is not None for f in control.values()), f"vacuous: default TP2 did not diverge ({control})"
+    fork, max_batch = _forks(invariant_tp2)
+    assert max_batch == 16
+    assert fork == {i: None for i in PROBES}
+
+
+def test_tp2_agrees_with_tp1_to_bf16_precision(invariant_tp2):
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0)
+    tp1 = LLM(batch_invariant=True, num_blocks=64).generate(PROMPTS[:2], params)
+    tp2 = invariant_tp2.generate(PROMPTS[:2], params)
+    for a, b in zip(tp1, tp2, strict=True):
+        diffs = [abs(x - y) for x, y in zip(a.prompt_logprobs[1:], b.prompt_logprobs[1:], strict=True)]
+        assert max(diffs) < 0.25, f"TP2 prompt logprobs differ from TP1 by up to {max(diffs):.3g}"
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [({"heads": 12, "kv_heads": 3}, "kv_heads \\(3\\) do not split evenly"),
+     ({"n_experts": 4, "top_k": 2}, "does not shard MoE layers")],
+)  # fmt: skip
+def test_unshardable_models_are_refused_in_one_line(model, message):
+    with pytest.raises(ValueError, match=message):
+        check_shardable(EngineConfig(model=ModelConfig(**model), tensor_parallel=2))
