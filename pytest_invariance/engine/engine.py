@@ -265,7 +265,7 @@ class LLMEngine:
             "split_kv_units": self.kernels.units,
             "cuda_graph_buckets": list(cfg.cuda_graph_buckets),
             "shared_rng": cfg.shared_rng,
-            "tensor_parallel": cfg.tensor_parallel,
+            "tp_size": cfg.tensor_parallel,  # SGLang's name for it
             "collective": self.kernels.implementations.get("allreduce"),  # None at tensor_parallel 1
             "sampler": "shared torch generator"
             if cfg.shared_rng
