@@ -103,3 +103,25 @@ def test_tp1_vs_tp2_is_measured(invariance, invariant_tp2):
         extra={"out": "greedy token ids then logprob fp32 bits, as int64", "tensor_parallel": [1, 2]},
     )  # fmt: skip
     assert rec["oracle"] == "world-size" and rec["verdict"] in ("invariant", "divergent", "vacuous")
+
+
+def test_a_stalled_rank_fails_the_step_within_the_timeout():
+    """Rank 1 stopped (SIGSTOP) mid-service: the next step raises within the stated timeout, the
+    ranks are killed, and later steps fail at once instead of hanging."""
+    import os
+    import signal
+    import time
+
+    llm = LLM(batch_invariant=True, tensor_parallel=2, num_blocks=16, tensor_parallel_timeout_s=5.0)
+    pool = llm.engine.runner.pool
+    try:
+        os.kill(pool._procs[1].pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"gave no result within 5 s"):
+            llm.generate([PROMPTS[0]], PARAMS)
+        assert time.monotonic() - t0 < 5.0 + 10.0
+        assert all(not p.is_alive() for p in pool._procs)
+        with pytest.raises(RuntimeError, match="rank pool is closed"):
+            llm.generate([PROMPTS[1]], PARAMS)
+    finally:
+        pool.close()
