@@ -15,6 +15,8 @@ from pytest_invariance.engine.llm import LLM
 from pytest_invariance.engine.sampler import SamplingParams
 from pytest_invariance.engine.tensor_parallel import check_shardable
 
+pytestmark = pytest.mark.xdist_group("invariance-tensor-parallel")  # one worker starts the engines
+
 PROMPTS = [f"Prompt {i}: the {['cat', 'dog', 'sky', 'sea'][i % 4]} is {i * 13} steps away." for i in range(16)]
 PROBES = (0, 15)
 PARAMS = SamplingParams(max_tokens=8, ignore_eos=True, logprobs=0)

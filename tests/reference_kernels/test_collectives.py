@@ -10,6 +10,7 @@ import time
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.xdist_group("invariance-collectives")  # one worker starts the pools
 
 import collective_faults as faults  # noqa: E402
 from pytest_invariance.oracles.inputs import rows_pool  # noqa: E402
