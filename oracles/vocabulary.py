@@ -23,7 +23,8 @@ UNIQUE_SAMPLES = "unique-samples"
 SEEDED_SAMPLING = "seeded-sampling"
 PRECISION = "precision"
 PERF = "perf"  # speed against stock, recorded beside the verdicts
-TENSOR_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING)  # run on tensors (oracles.batch)
+WORLD_SIZE = "world-size"  # the same global tensor reduced at TP1, TP2, TP4 (oracles.world)
+TENSOR_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING, WORLD_SIZE)  # run on tensors
 OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)  # what every per-op suite row runs
 ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION, PERF)
 
@@ -53,5 +54,5 @@ VERDICT_SYMBOLS = {INVARIANT: "✔", DIVERGENT: "✘", VACUOUS: "∅", INCOMPLET
 ORACLE_SHORT = {
     BATCH_SIZE: "size", BATCH_POSITION: "pos", RUN_TO_RUN: "rerun", CHUNKING: "chunk",
     PREFILL_DECODE: "p/d", CACHE: "cache", UNIQUE_SAMPLES: "uniq", SEEDED_SAMPLING: "seed",
-    PRECISION: "prec", PERF: "perf",
+    PRECISION: "prec", PERF: "perf", WORLD_SIZE: "tp",
 }  # fmt: skip

@@ -77,6 +77,11 @@ class Invariance:
         __tracebackhide__ = True
         return self.check(run, None, oracle="chunking", chunk_sizes=chunk_sizes, **kw)
 
+    def world_size(self, fn: Callable, inputs: Any, world_sizes: list[int], **kw: Any) -> dict:
+        """``world-size`` oracle: ``fn(rows, w)`` at every world size ``w`` vs the smallest (TP1 vs TPn)."""
+        __tracebackhide__ = True
+        return self.check(fn, inputs, oracle="world-size", world_sizes=world_sizes, **kw)
+
     def precision(
         self,
         fn: Callable,
@@ -149,6 +154,7 @@ class Invariance:
         trials: int | None = None,
         cost: dict | None = None,
         extra: dict | None = None,
+        world_sizes: list[int] | None = None,
     ) -> dict:
         """Run ``oracle`` on ``fn`` (and on ``control``), then :func:`judge` records and enforces.
 
@@ -161,7 +167,8 @@ class Invariance:
             raise ValueError(f"expect={expect!r}; expected one of {', '.join(EXPECTS)}")
         n_trials = trials or self.settings.trials
         sizes = list(batch_sizes) if batch_sizes is not None else self.batch_sizes(limit)
-        run = _OracleRun(oracle, contract, sizes, chunk_sizes, repeats or self.settings.repeats)
+        run = _OracleRun(oracle, contract, sizes, chunk_sizes, repeats or self.settings.repeats,
+                         world_sizes=world_sizes)
         result, error = run.trials(fn, inputs, self.settings.seed, n_trials)
         observed = Observation(result.diverged, result.evidence(), result.describe(), error=error)
         dtype = dtype if dtype is not None else run.dtype
@@ -179,7 +186,8 @@ class Invariance:
             family=family, implementation=implementation, oracle=oracle, quantization=quantization,
             dtype=dtype, shape=shape, mode=mode, contract=result.contract, cost=cost,
             seed=self.settings.seed, trials=n_trials, profile=self.profile,
-            extra={**(extra or {}), "batch_sizes": sizes if oracle in ("batch-size", "batch-position") else None},
+            extra={**(extra or {}), "batch_sizes": sizes if oracle in ("batch-size", "batch-position") else None,
+                   **({"world_sizes": sorted(world_sizes)} if world_sizes else {})},
         )  # fmt: skip
 
     # -- records -------------------------------------------------------------------
@@ -210,6 +218,7 @@ class _OracleRun:
     chunk_sizes: list[int] | None
     repeats: int
     dtype: Any = None  # of the first trial's rows: the record's default dtype and quantization
+    world_sizes: list[int] | None = None
 
     def trials(self, fn: Callable, inputs: Any, seed: int, n: int):
         """Run ``n`` trials with fresh inputs per trial; an exception marks the result incomplete."""
@@ -306,10 +315,19 @@ def _chunking(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, r
     B.chunking_oracle(_seeded(fn, seed), run.chunk_sizes, contract=run.contract, trial=trial, result=result)
 
 
+def _world_size(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:
+    from pytest_invariance.oracles.world import world_size_oracle
+
+    if not run.world_sizes:
+        raise ValueError("world-size oracle needs world_sizes")
+    world_size_oracle(fn, rows, run.world_sizes, contract=run.contract, trial=trial, result=result)
+
+
 # The one name -> oracle table (names from oracles.vocabulary).
 ORACLE_RUNNERS: dict[str, Callable[..., None]] = {
     "batch-size": _batch_size,
     "batch-position": _batch_position,
     "run-to-run": _run_to_run,
     "chunking": _chunking,
+    "world-size": _world_size,
 }

@@ -33,7 +33,7 @@ def is_enabled() -> bool:
 
 
 def register_builtins() -> None:
-    """Register every built-in implementation: row ops, GEMM and FP8, attention, MoE (``catalogue``)."""
+    """Register every built-in implementation: row ops, GEMM and FP8, attention, MoE, collectives (``catalogue``)."""
     from .catalogue import register_builtin
 
     register_builtin()

@@ -11,7 +11,8 @@ Groups, each registered at most once per process by :func:`register_builtin`:
 - ``rowops``: ``rmsnorm``, ``softmax`` (log-softmax), ``mean``;
 - ``gemm``: ``matmul`` and ``fp8-gemm``;
 - ``attention``: ``attention-prefill`` and ``attention-decode``;
-- ``moe``: ``moe-router`` and ``moe-experts``.
+- ``moe``: ``moe-router`` and ``moe-experts``;
+- ``collectives``: ``allreduce`` (gloo process groups on CPU; run through ``collectives.group``).
 
 Call signatures per family are in ``registry``'s docstring and the family modules.
 """
@@ -159,12 +160,29 @@ def _moe() -> None:
             "reference experts, slot outputs summed in an order that rotates per call (atomics)")  # fmt: skip
 
 
-GROUPS: dict[str, Callable[[], None]] = {"rowops": _rowops, "gemm": _gemm, "attention": _attention, "moe": _moe}
+def _collectives() -> None:
+    from .collectives import reference, stock
+    from .mutants.ring_allreduce import CHANNEL_BYTES, ring_all_reduce
+
+    cpu = ("cpu",)
+    _stock("allreduce", "torch-gloo", stock.gloo_all_reduce, "dist.all_reduce(SUM) on gloo, local parts summed first", cpu)
+    _stock("allreduce", "torch-gloo-rs-ag", stock.reduce_scatter_all_gather,
+           "gloo reduce-scatter then all-gather of the flat message (sequence-parallel split)", cpu)  # fmt: skip
+    register("allreduce", "reference", reference.fixed_order_all_reduce, role="reference", devices=cpu,
+             description="all-gather every rank's parts, sum in global rank order in fp32, round once")  # fmt: skip
+    register("allreduce", "mutant:ring-channels", ring_all_reduce, role="mutant", devices=cpu,
+             description=f"send/recv ring, channels x world chunks, channels from message bytes {CHANNEL_BYTES}")  # fmt: skip
+
+
+GROUPS: dict[str, Callable[[], None]] = {
+    "rowops": _rowops, "gemm": _gemm, "attention": _attention, "moe": _moe, "collectives": _collectives,
+}  # fmt: skip
 GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "rowops": ("rmsnorm", "softmax", "mean"),
     "gemm": ("matmul", "fp8-gemm"),
     "attention": ("attention-prefill", "attention-decode"),
     "moe": ("moe-router", "moe-experts"),
+    "collectives": ("allreduce",),
 }
 
 

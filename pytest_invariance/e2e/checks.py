@@ -29,6 +29,8 @@ def subject(invariance: Any, t: Target, oracle: str, out: Outcome, extra: dict |
     """The record fields that say what was checked, on which engine, in which configuration."""
     info = t.info or {}
     variant = "+shared-rng" if info.get("shared_rng") else ""  # a control variant gets its own matrix row
+    if int(info.get("tp_size") or 1) > 1:  # so does a tensor-parallel engine: TP sizes are not one row
+        variant += f"+tp{int(info['tp_size'])}"
     return {
         "family": "engine", "implementation": (info.get("implementation") or t.engine) + variant, "mode": t.mode, "oracle": oracle,
         "quantization": quantization_of(info.get("dtype") or "unknown"), "dtype": info.get("dtype"),

@@ -83,7 +83,7 @@ INFO_KEYS = (
     "engine", "version", "model", "mode", "batch_invariant", "enable_deterministic_inference", "dtype",
     "device", "device_name", "num_threads", "max_num_seqs", "chunk_size", "chunked_prefill_size",
     "page_size", "block_size", "enable_prefix_cache", "disable_radix_cache", "split_kv", "kernels",
-    "unrouted", "fully_invariant_routing", "attention_backend", "sampling_backend", "tp_size",
+    "unrouted", "fully_invariant_routing", "attention_backend", "sampling_backend", "tp_size", "collective",
     "gemm_strategy", "splitk_max_m", "split_kv_min_tokens", "batch_mechanisms",
     "served_model_name", "model_path", "quantization", "max_model_len", "enforce_eager", "kv_cache_dtype",
     "enable_chunked_prefill", "cudagraph_mode", "compilation_mode", "cuda_graph", "max_running_requests",

@@ -149,6 +149,8 @@ class EngineConfig:
     cuda_graph_buckets: tuple[int, ...] = ()  # control (GPU): pad decode batches up to these sizes
     shared_rng: bool = False  # control: one engine-wide torch generator for sampling
     num_threads: int = 0  # torch intra-op threads on CPU; 0 leaves torch's default
+    tensor_parallel: int = 1  # ranks of the forward (CPU gloo; engine.tensor_parallel)
+    tensor_parallel_timeout_s: float = 120.0  # one step (or the ranks' load) on every rank, at most
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
@@ -166,6 +168,8 @@ class EngineConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs (one decode token each)")
         self.cuda_graph_buckets = tuple(sorted(int(b) for b in self.cuda_graph_buckets))
+        if self.tensor_parallel < 1 or self.tensor_parallel_timeout_s <= 0:
+            raise ValueError("tensor_parallel must be >= 1 and tensor_parallel_timeout_s > 0")
 
     @property
     def mode(self) -> str:

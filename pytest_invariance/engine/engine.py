@@ -87,7 +87,10 @@ class LLMEngine:
         self.num_blocks = num_blocks
         self.blocks = BlockManager(num_blocks, cfg.block_size, cfg.enable_prefix_cache)
         self.scheduler = Scheduler(cfg, self.blocks)
-        self.runner = ModelRunner(cfg, self.model, self.kernels, num_blocks)
+        runner = ModelRunner
+        if cfg.tensor_parallel > 1:
+            from .tensor_parallel import TPModelRunner as runner
+        self.runner = runner(cfg, self.model, self.kernels, num_blocks)
         gen = None
         if cfg.shared_rng:
             gen = torch.Generator().manual_seed(mcfg.seed)
@@ -266,6 +269,8 @@ class LLMEngine:
             "split_kv_units": self.kernels.units,
             "cuda_graph_buckets": list(cfg.cuda_graph_buckets),
             "shared_rng": cfg.shared_rng,
+            "tp_size": cfg.tensor_parallel,  # SGLang's name for it
+            "collective": self.kernels.implementations.get("allreduce"),  # None at tensor_parallel 1
             "sampler": "shared torch generator"
             if cfg.shared_rng
             else "counter-based splitmix64 keyed by (seed, position)",

@@ -141,6 +141,7 @@ INVARIANT_KERNELS = {
     "moe-experts": "reference",
     "attention-prefill": "reference",
     "attention-decode": "reference",
+    "allreduce": "reference",  # under --tensor-parallel (engine.tensor_parallel)
 }
 DEFAULT_KERNELS = {
     "matmul": "torch",  # "mutant:m-bucket-splitk" under gemm_strategy="m-bucket"
@@ -150,6 +151,7 @@ DEFAULT_KERNELS = {
     "moe-experts": "torch-loop",
     "attention-prefill": "torch-sdpa",
     "attention-decode": "mutant:splitkv-decode-batched",
+    "allreduce": "torch-gloo",
 }
 
 

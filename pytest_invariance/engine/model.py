@@ -6,7 +6,7 @@ elementwise work (RoPE, SiLU, residual adds) is computed per element and cannot 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,10 @@ import torch.nn.functional as F
 from .config import ModelConfig
 from .kernels import AttnBatch, Kernels
 from .weights import synthetic_rows
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 class RoPE:
@@ -83,6 +87,11 @@ class Model:
             raise ValueError(f"unused weights: {sorted(w)[:5]}")
         self.rope = RoPE(cfg, device)
         self.scale = cfg.head_dim**-0.5
+        # Tensor-parallel hooks (engine.tensor_parallel shards the weights and sets them): this
+        # rank's head counts, the all-reduce after a row-parallel GEMM, the vocabulary gather.
+        self.heads, self.kv_heads = cfg.heads, cfg.kv_heads
+        self.reduce: Callable[[torch.Tensor], torch.Tensor] = _same
+        self.gather_vocab: Callable[[torch.Tensor], torch.Tensor] = _same
 
     def forward(
         self,
@@ -94,18 +103,18 @@ class Model:
     ) -> torch.Tensor:
         """Hidden states after the final norm for every token of the step: [T, hidden]."""
         cfg = self.cfg
-        q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        q_dim, kv_dim = self.heads * cfg.head_dim, self.kv_heads * cfg.head_dim
         x = self._embed(ids)
         for lay, (k_cache, v_cache) in zip(self.layers, kv, strict=True):
             h = kern.rms_norm(x, lay["in_norm"], cfg.rms_eps)
             qkv = kern.linear(h, lay["qkv"], lay["qkv_bias"])
-            q = qkv[:, :q_dim].reshape(-1, cfg.heads, cfg.head_dim)
-            k = qkv[:, q_dim : q_dim + kv_dim].reshape(-1, cfg.kv_heads, cfg.head_dim)
-            v = qkv[:, q_dim + kv_dim :].reshape(-1, cfg.kv_heads, cfg.head_dim)
+            q = qkv[:, :q_dim].reshape(-1, self.heads, cfg.head_dim)
+            k = qkv[:, q_dim : q_dim + kv_dim].reshape(-1, self.kv_heads, cfg.head_dim)
+            v = qkv[:, q_dim + kv_dim :].reshape(-1, self.kv_heads, cfg.head_dim)
             q, k = self.rope(q, positions), self.rope(k, positions)
             kern.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
             a = kern.attention(q, k_cache, v_cache, meta, self.scale)
-            x = x + kern.linear(a.reshape(-1, q_dim), lay["o"])
+            x = x + self.reduce(kern.linear(a.reshape(-1, q_dim), lay["o"]))
             h = kern.rms_norm(x, lay["post_norm"], cfg.rms_eps)
             if "router" in lay:
                 weights, experts = kern.route(kern.linear(h, lay["router"]), cfg.top_k)
@@ -113,7 +122,7 @@ class Model:
             else:
                 gu = kern.linear(h, lay["gate_up"])
                 inter = gu.shape[-1] // 2
-                x = x + kern.linear(F.silu(gu[:, :inter]) * gu[:, inter:], lay["down"])
+                x = x + self.reduce(kern.linear(F.silu(gu[:, :inter]) * gu[:, inter:], lay["down"]))
         return kern.rms_norm(x, self.norm, cfg.rms_eps)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -129,4 +138,4 @@ class Model:
 
     def logits(self, kern: Kernels, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits of the selected rows (the LM head GEMM in the model dtype, as engines do)."""
-        return kern.linear(hidden, self.lm_head).float()
+        return self.gather_vocab(kern.linear(hidden, self.lm_head)).float()

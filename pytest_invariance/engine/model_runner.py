@@ -46,6 +46,11 @@ class ModelRunner:
         ]
         self.scratch_slot = num_blocks * cfg.block_size
 
+    def logits(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnBatch, rows: torch.Tensor) -> torch.Tensor:
+        """One forward over the step's tokens, fp32 logits of ``rows`` (tensor_parallel overrides it)."""
+        hidden = self.model.forward(self.kern, ids, pos, meta, self.kv)
+        return self.model.logits(self.kern, hidden[rows])
+
     def _pad_to(self, items: list[Scheduled], t: int) -> int:
         if not self.cfg.cuda_graph_buckets or not all(it.is_decode for it in items):
             return t
@@ -87,13 +92,6 @@ class ModelRunner:
             ]
             meta.block_table_tensor = torch.tensor(table, dtype=torch.long, device=dev)
             meta.decode_ctx = torch.tensor([meta.ctx_lens[i] for i in meta.decode_idx], device=dev)
-        hidden = self.model.forward(
-            self.kern,
-            torch.tensor(ids, dtype=torch.long, device=dev),
-            torch.tensor(pos, dtype=torch.long, device=dev),
-            meta,
-            self.kv,
-        )
         rows: list[int] = []
         sample_items: list[int] = []
         prompt_rows: dict[int, tuple[int, int]] = {}
@@ -114,7 +112,12 @@ class ModelRunner:
                     rows.extend(range(base + first, base + end))
         sample_start = len(rows)
         rows.extend(meta.q_starts[i] + items[i].n - 1 for i in sample_items)
-        logits = self.model.logits(self.kern, hidden[torch.tensor(rows, dtype=torch.long, device=dev)])
+        logits = self.logits(
+            torch.tensor(ids, dtype=torch.long, device=dev),
+            torch.tensor(pos, dtype=torch.long, device=dev),
+            meta,
+            torch.tensor(rows, dtype=torch.long, device=dev),
+        )
         return StepLogits(
             sample_logits=logits[sample_start:],
             sample_items=sample_items,

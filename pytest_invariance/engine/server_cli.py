@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-queue", type=int, default=DEFAULT_MAX_QUEUE, help="admitted requests beyond max-num-seqs"
     )
+    p.add_argument("--tensor-parallel", type=_positive("--tensor-parallel"), default=1, metavar="N",
+                   help="run the forward on N gloo ranks on 127.0.0.1 (CPU; column/row/vocab-parallel)")  # fmt: skip
     p.add_argument("--max-n", type=_positive("--max-n"), default=DEFAULT_MAX_N)
     p.add_argument("--header-timeout", type=_seconds("--header-timeout"), default=10.0, metavar="S",
                    help="close a connection that has not sent a complete request head within S (default 10)")
@@ -168,6 +170,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         "splitk_max_m": args.splitk_max_m,
         "split_kv": args.split_kv,
         "prefix_attention": args.prefix_attention,
+        "tensor_parallel": args.tensor_parallel,
     }
     defaults = EngineConfig()
     kwargs["max_num_batched_tokens"] = max(defaults.max_num_batched_tokens, args.max_num_seqs)

@@ -1,0 +1,129 @@
+"""The bundled engine at --tensor-parallel 2 on CPU gloo ranks: right numbers, and invariance within TP2.
+
+Invariant mode at TP2 (reference kernels on each shard, the rank-order reference all-reduce) must
+give a probe request bit-identical greedy tokens and logprobs alone and in a batch of 16; default
+mode at TP2 (M-bucket split-K, stock gloo all-reduce) is the positive control and must not. TP1 vs
+TP2 is not promised bitwise (other partial sums): here it must only agree to bf16 precision.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_invariance.engine.config import EngineConfig, ModelConfig
+from pytest_invariance.engine.llm import LLM
+from pytest_invariance.engine.sampler import SamplingParams
+from pytest_invariance.engine.tensor_parallel import check_shardable
+
+pytestmark = pytest.mark.xdist_group("invariance-tensor-parallel")  # one worker starts the engines
+
+PROMPTS = [f"Prompt {i}: the {['cat', 'dog', 'sky', 'sea'][i % 4]} is {i * 13} steps away." for i in range(16)]
+PROBES = (0, 15)
+PARAMS = SamplingParams(max_tokens=8, ignore_eos=True, logprobs=0)
+
+
+def _tp2(batch_invariant: bool) -> LLM:
+    return LLM(batch_invariant=batch_invariant, tensor_parallel=2, num_blocks=64)
+
+
+def _forks(llm: LLM) -> tuple[dict[int, int | None], int]:
+    """First step where a probe's (token, logprob bits) alone differ from inside the batch of 16."""
+    batched = llm.generate(PROMPTS, PARAMS)
+    out = {}
+    for i in PROBES:
+        alone = llm.generate([PROMPTS[i]], PARAMS)[0]
+        pairs = zip(zip(alone.token_ids, alone.logprobs), zip(batched[i].token_ids, batched[i].logprobs))  # noqa: B905
+        out[i] = next((k for k, (a, b) in enumerate(pairs) if a != b), None)
+    return out, max(c.max_batch_size for c in batched)
+
+
+@pytest.fixture(scope="module")
+def default_tp2():
+    llm = _tp2(False)
+    yield llm
+    llm.engine.runner.close()
+
+
+@pytest.fixture(scope="module")
+def invariant_tp2():
+    llm = _tp2(True)
+    yield llm
+    llm.engine.runner.close()
+
+
+def test_server_info_names_tp_size_and_collective(default_tp2, invariant_tp2):
+    for llm, name in ((default_tp2, "torch-gloo"), (invariant_tp2, "reference")):
+        info = llm.info()
+        assert info["tp_size"] == 2 and info["collective"] == name
+        assert info["kernel_implementations"]["allreduce"] == name
+
+
+def test_invariant_tp2_is_bitwise_batch_invariant_and_default_is_not(default_tp2, invariant_tp2):
+    control, max_batch = _forks(default_tp2)
+    assert max_batch == 16, "the requests were not batched together"
+    assert any(f is not None for f in control.values()), f"vacuous: default TP2 did not diverge ({control})"
+    fork, max_batch = _forks(invariant_tp2)
+    assert max_batch == 16
+    assert fork == {i: None for i in PROBES}
+
+
+def test_tp2_agrees_with_tp1_to_bf16_precision(invariant_tp2):
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0)
+    tp1 = LLM(batch_invariant=True, num_blocks=64).generate(PROMPTS[:2], params)
+    tp2 = invariant_tp2.generate(PROMPTS[:2], params)
+    for a, b in zip(tp1, tp2, strict=True):
+        diffs = [abs(x - y) for x, y in zip(a.prompt_logprobs[1:], b.prompt_logprobs[1:], strict=True)]
+        assert max(diffs) < 0.25, f"TP2 prompt logprobs differ from TP1 by up to {max(diffs):.3g}"
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [({"heads": 12, "kv_heads": 3}, "kv_heads \\(3\\) do not split evenly"),
+     ({"n_experts": 4, "top_k": 2}, "does not shard MoE layers")],
+)  # fmt: skip
+def test_unshardable_models_are_refused_in_one_line(model, message):
+    with pytest.raises(ValueError, match=message):
+        check_shardable(EngineConfig(model=ModelConfig(**model), tensor_parallel=2))
+
+
+def test_tp1_vs_tp2_is_measured(invariance, invariant_tp2):
+    """The world-size oracle over the engine (invariant mode): 16 prompts' greedy tokens and logprob
+    bits at TP1 vs TP2, recorded, not judged (other shards sum other partial products)."""
+    import torch
+
+    engines = {1: LLM(batch_invariant=True, num_blocks=64), 2: invariant_tp2}
+
+    def run(rows: torch.Tensor, w: int) -> torch.Tensor:
+        outs = engines[w].generate([PROMPTS[i] for i in rows.tolist()], PARAMS)
+        ids = torch.tensor([o.token_ids for o in outs], dtype=torch.int64)
+        bits = torch.tensor([o.logprobs for o in outs], dtype=torch.float32).view(torch.int32).to(torch.int64)
+        return torch.cat([ids, bits], dim=1)  # a token differs by ids, a logprob by its fp32 bits
+
+    rec = invariance.world_size(
+        run, torch.arange(len(PROMPTS)), [1, 2], family="engine", implementation="bundled", mode="invariant",
+        quantization="bf16", expect="measure", trials=1, shape={"prompts": len(PROMPTS), "max_tokens": PARAMS.max_tokens},
+        extra={"out": "greedy token ids then logprob fp32 bits, as int64", "tensor_parallel": [1, 2]},
+    )  # fmt: skip
+    assert rec["oracle"] == "world-size" and rec["verdict"] in ("invariant", "divergent", "vacuous")
+
+
+def test_a_stalled_rank_fails_the_step_within_the_timeout():
+    """Rank 1 stopped (SIGSTOP) mid-service: the next step raises within the stated timeout, the
+    ranks are killed, and later steps fail at once instead of hanging."""
+    import os
+    import signal
+    import time
+
+    llm = LLM(batch_invariant=True, tensor_parallel=2, num_blocks=16, tensor_parallel_timeout_s=5.0)
+    pool = llm.engine.runner.pool
+    try:
+        os.kill(pool._procs[1].pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"gave no result within 5 s"):
+            llm.generate([PROMPTS[0]], PARAMS)
+        assert time.monotonic() - t0 < 5.0 + 10.0
+        assert all(not p.is_alive() for p in pool._procs)
+        with pytest.raises(RuntimeError, match="rank pool is closed"):
+            llm.generate([PROMPTS[1]], PARAMS)
+    finally:
+        pool.close()
