@@ -24,6 +24,9 @@ WEAK_NOTE = ("a pass on fewer than 3 clean trials: too few to bound its failure 
 FOREIGN_NOTE = "the positive control ran on another engine than the subject"
 
 
+CONTROL_VARIANTS = ("shared-rng",)  # engine knobs that break invariance on purpose (e2e.checks names them)
+
+
 def strip_urls(text: str) -> str:
     """``bundled [default] @ http://127.0.0.1:50781`` -> ``bundled [default]``: ports change every run."""
     return _URL.sub("", text)
@@ -34,7 +37,8 @@ def is_control(family: str, implementation: str, mode: str | None) -> bool:
     the bundled engine with a knob that breaks invariance on purpose (``bundled+shared-rng``)."""
     if implementation.startswith("mutant:"):
         return True
-    return implementation.startswith("bundled") and (mode == "default" or "+" in implementation)
+    base, *variants = implementation.split("+")
+    return base == "bundled" and (mode == "default" or any(v in CONTROL_VARIANTS for v in variants))
 
 
 @dataclass(frozen=True)
