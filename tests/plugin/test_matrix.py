@@ -334,3 +334,13 @@ def test_vacuous_by_construction_alone_or_undeclared_stays_vacuous() -> None:
     divergent_at_one_key["verdict"] = "divergent"
     (cell,) = build_cells([divergent_at_one_key, rec(nodeid="t::y", shape={"L": 9})])
     assert cell["verdict"] == "divergent"
+
+
+def test_positive_controls_are_named_by_design_not_by_verdict() -> None:
+    from pytest_invariance.matrix.glance import is_control
+
+    assert is_control("matmul", "mutant:splitk-matmul", None)
+    assert is_control("engine", "bundled", "default") and is_control("engine", "bundled+tp2", "default")
+    assert is_control("engine", "bundled+shared-rng", "invariant")  # a knob that breaks invariance
+    assert not is_control("engine", "bundled+tp2", "invariant") and not is_control("engine", "bundled", "invariant")
+    assert not is_control("engine", "vllm", "default")  # a real engine's default mode is a finding
