@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .engine.argtypes import positive_int, positive_seconds  # argparse only: no torch, no FastAPI
 from .oracles.vocabulary import ENGINES, PROFILES
 
 RECORDS_ATTR = "invariance_records"
+
 
 MARKERS = (
     "gpu: needs a CUDA GPU; skipped with a reason where CUDA is absent",
@@ -30,29 +31,7 @@ MARKERS = (
 )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def positive_seconds(name: str) -> Callable[[str], float]:
-    """A parser of a finite number of seconds > 0; a bad value names the option ``name``."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} expects a number of seconds, got {text!r}") from None
-        if not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"{name} expects a positive number of seconds, got {text!r}")
-        return value
-
-    return parse
+_positive_int = positive_int()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

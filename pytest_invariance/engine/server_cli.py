@@ -12,9 +12,10 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable
 from typing import Any
 
+from .argtypes import positive_int as _positive
+from .argtypes import positive_seconds as _seconds
 from .server_limits import DEFAULT_MAX_N, DEFAULT_MAX_QUEUE, ServerLimits, uvicorn_config
 
 
@@ -25,34 +26,6 @@ class _ArgError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, no usage dump
         raise _ArgError(message)
-
-
-def _positive(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
-        return value
-
-    return parse
-
-
-def _seconds(name: str) -> Callable[[str], float]:
-    # The plugin has its twin (plugin.positive_seconds): the layer rules keep the engine from
-    # importing the plugin, and nothing both may import is a home for a parser.
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, got {text!r}") from None
-        if not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"{name} must be > 0 seconds, got {text}")
-        return value
-
-    return parse
 
 
 def _port(text: str) -> int:
