@@ -11,6 +11,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .speculative import SpecConfig, parse_speculative
+
 # Byte-level vocabulary: 256 byte values plus these specials.
 BOS_ID = 256
 EOS_ID = 257
@@ -131,6 +133,7 @@ class EngineConfig:
     cuda_graph_buckets: tuple[int, ...] = ()  # control (GPU): pad decode batches up to these sizes
     shared_rng: bool = False  # control: one engine-wide torch generator for sampling
     num_threads: int = 0  # torch intra-op threads on CPU; 0 leaves torch's default
+    speculative: str = "off"  # "off" or "ngram:K": prompt-lookup drafts of K tokens (engine/speculative.py)
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
@@ -148,6 +151,11 @@ class EngineConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs (one decode token each)")
         self.cuda_graph_buckets = tuple(sorted(int(b) for b in self.cuda_graph_buckets))
+        parse_speculative(self.speculative)  # ValueError naming a bad value
+
+    @property
+    def spec(self) -> SpecConfig:
+        return parse_speculative(self.speculative)
 
     @property
     def mode(self) -> str:
