@@ -23,9 +23,11 @@ UNIQUE_SAMPLES = "unique-samples"
 SEEDED_SAMPLING = "seeded-sampling"
 PRECISION = "precision"
 PERF = "perf"  # speed against stock, recorded beside the verdicts
+SPECULATIVE = "speculative"  # speculative decoding vs plain decoding, same greedy prompts
 TENSOR_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING)  # run on tensors (oracles.batch)
 OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)  # what every per-op suite row runs
-ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION, PERF)
+ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION, PERF,
+           SPECULATIVE)
 
 # Verdicts (oracles.verdict decides them)
 INVARIANT = "invariant"
@@ -53,5 +55,5 @@ VERDICT_SYMBOLS = {INVARIANT: "✔", DIVERGENT: "✘", VACUOUS: "∅", INCOMPLET
 ORACLE_SHORT = {
     BATCH_SIZE: "size", BATCH_POSITION: "pos", RUN_TO_RUN: "rerun", CHUNKING: "chunk",
     PREFILL_DECODE: "p/d", CACHE: "cache", UNIQUE_SAMPLES: "uniq", SEEDED_SAMPLING: "seed",
-    PRECISION: "prec", PERF: "perf",
+    PRECISION: "prec", PERF: "perf", SPECULATIVE: "spec",
 }  # fmt: skip

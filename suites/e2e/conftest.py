@@ -132,3 +132,28 @@ def cache_control_target(request: pytest.FixtureRequest, tmp_path_factory: pytes
     if request.config.getoption("invariance_url_control"):
         return request.getfixturevalue("control_target")
     return _start(request, tmp_path_factory, False, "--prefix-cache")
+
+
+# Speculative decoding: the bundled engine again, with prompt-lookup drafts, beside ``target`` and
+# ``control_target`` (started only when the speculative suite runs).
+SPECULATIVE = ("--speculative", "ngram:4")
+
+
+def _speculative(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, invariant: bool
+) -> Target:
+    if option(request.config, "invariance_url") or request.config.getoption("invariance_url_control"):
+        pytest.skip("the speculative pair runs on the bundled engine only (no URL option for a speculative target)")
+    return _start(request, tmp_path_factory, invariant, *SPECULATIVE)
+
+
+@pytest.fixture(scope="session")
+def speculative_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    return _speculative(request, tmp_path_factory, True)
+
+
+@pytest.fixture(scope="session")
+def speculative_control_target(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Target:
+    return _speculative(request, tmp_path_factory, False)
