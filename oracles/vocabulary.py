@@ -24,9 +24,11 @@ SEEDED_SAMPLING = "seeded-sampling"
 PRECISION = "precision"
 PERF = "perf"  # speed against stock, recorded beside the verdicts
 WORLD_SIZE = "world-size"  # the same global tensor reduced at TP1, TP2, TP4 (oracles.world)
+SPECULATIVE = "speculative"  # speculative decoding vs plain decoding, same greedy prompts
 TENSOR_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING, WORLD_SIZE)  # run on tensors
 OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)  # what every per-op suite row runs
-ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION, PERF)
+ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION, PERF,
+           SPECULATIVE)
 
 # Verdicts (oracles.verdict decides them)
 INVARIANT = "invariant"
@@ -54,5 +56,5 @@ VERDICT_SYMBOLS = {INVARIANT: "✔", DIVERGENT: "✘", VACUOUS: "∅", INCOMPLET
 ORACLE_SHORT = {
     BATCH_SIZE: "size", BATCH_POSITION: "pos", RUN_TO_RUN: "rerun", CHUNKING: "chunk",
     PREFILL_DECODE: "p/d", CACHE: "cache", UNIQUE_SAMPLES: "uniq", SEEDED_SAMPLING: "seed",
-    PRECISION: "prec", PERF: "perf", WORLD_SIZE: "tp",
+    PRECISION: "prec", PERF: "perf", WORLD_SIZE: "tp", SPECULATIVE: "spec",
 }  # fmt: skip

@@ -40,6 +40,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="base URL of a live engine for the e2e suites (default: start the bundled engine)")
     group.addoption("--invariance-url-control", dest="invariance_url_control", metavar="URL", default=None,
                     help="a target with invariance off, for inverse tests")
+    group.addoption("--invariance-url-speculative", dest="invariance_url_speculative", metavar="URL", default=None,
+                    help="the --invariance-url engine again with speculative decoding on (the speculative suite)")
+    group.addoption("--invariance-url-speculative-control", dest="invariance_url_speculative_control",
+                    metavar="URL", default=None,
+                    help="the --invariance-url-control engine again with speculative decoding on")
     group.addoption("--invariance-engine", dest="invariance_engine", choices=ENGINES, default=None,
                     help="API flavour of --invariance-url: %(choices)s")
     group.addoption("--invariance-records", dest="invariance_records", metavar="PATH", default=None,
@@ -200,6 +205,8 @@ class InvarianceSession:
         self.adapter_options = adapter_options(config)
         check_url("--invariance-url", option(config, "invariance_url"))
         check_url("--invariance-url-control", config.getoption("invariance_url_control"))
+        check_url("--invariance-url-speculative", config.getoption("invariance_url_speculative"))
+        check_url("--invariance-url-speculative-control", config.getoption("invariance_url_speculative_control"))
         self.records_path = option(config, "invariance_records")
         self.report_dir = option(config, "invariance_report")
         self.expect_path = option(config, "invariance_expect")

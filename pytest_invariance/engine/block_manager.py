@@ -106,6 +106,18 @@ class BlockManager:
                 self.hash_of[b] = h
                 self.tokens_of[b] = tuple(toks)
 
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Give back the blocks past the first `num_tokens` tokens (a speculative step's rejected
+        positions); the slots past `num_tokens` in the kept last block are rewritten before use."""
+        keep = -(-num_tokens // self.block_size)
+        if keep < len(seq.block_hashes):
+            raise ValueError(f"cannot truncate below {len(seq.block_hashes)} committed blocks")
+        while len(seq.block_table) > keep:
+            b = seq.block_table.pop()
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free.append(b)
+
     def release(self, seq: Sequence) -> None:
         """Drop `seq`'s references; blocks at zero go back to the free queue (hash kept)."""
         for b in reversed(seq.block_table):

@@ -11,6 +11,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .speculative import SpecConfig, parse_speculative
+
 # Byte-level vocabulary: 256 byte values plus these specials.
 BOS_ID = 256
 EOS_ID = 257
@@ -151,6 +153,7 @@ class EngineConfig:
     num_threads: int = 0  # torch intra-op threads on CPU; 0 leaves torch's default
     tensor_parallel: int = 1  # ranks of the forward (CPU gloo; engine.tensor_parallel)
     tensor_parallel_timeout_s: float = 120.0  # one step (or the ranks' load) on every rank, at most
+    speculative: str = "off"  # "off" or "ngram:K": prompt-lookup drafts of K tokens (engine/speculative.py)
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
@@ -170,6 +173,11 @@ class EngineConfig:
         self.cuda_graph_buckets = tuple(sorted(int(b) for b in self.cuda_graph_buckets))
         if self.tensor_parallel < 1 or self.tensor_parallel_timeout_s <= 0:
             raise ValueError("tensor_parallel must be >= 1 and tensor_parallel_timeout_s > 0")
+        parse_speculative(self.speculative)  # ValueError naming a bad value
+
+    @property
+    def spec(self) -> SpecConfig:
+        return parse_speculative(self.speculative)
 
     @property
     def mode(self) -> str:

@@ -15,8 +15,9 @@ from .kernels import Kernels, configure_threads
 from .model import Model
 from .model_runner import ModelRunner
 from .sampler import Sampler, SamplingParams, top_logprobs
-from .scheduler import Scheduler
+from .scheduler import Scheduled, Scheduler
 from .sequence import Sequence, Status
+from .speculative import SpecStats, accepted_tokens
 from .tokenizer import load_tokenizer
 from .weights import load_hf_weights, synthetic_weights, torch_dtype
 
@@ -106,6 +107,7 @@ class LLMEngine:
             "waiting": 0,
         }
         self.total_steps = 0
+        self.spec_stats = SpecStats()
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -126,6 +128,13 @@ class LLMEngine:
             )
         if -(-(len(ids) + params.max_tokens) // self.config.block_size) > self.num_blocks:
             raise ValueError(f"request needs more KV blocks than the cache holds ({self.num_blocks})")
+        if self.config.spec.enabled and not params.greedy and self.config.shared_rng:
+            raise ValueError(
+                f"speculative decoding ({self.config.speculative}) with sampling (temperature "
+                f"{params.temperature}) under the shared engine-wide RNG (--shared-rng) is refused: "
+                "verifying drafts would draw that stream in another order than plain decoding; "
+                "use temperature 0, or serve without one of the two"
+            )
         seed = (
             params.seed
             if params.seed is not None
@@ -174,10 +183,14 @@ class LLMEngine:
         self.last_step_stats["num_tokens_padded"] = res.num_tokens
         self.total_steps += 1
         for i, it in enumerate(items):
+            if it.draft:
+                continue  # advanced by what its verification accepts
             it.seq.num_computed += it.n
             self.blocks.commit(it.seq)
             if i in res.prompt_logits:
                 self._prompt_logprobs(it.seq, res.prompt_logits[i])
+        for i, logits in res.verify_logits.items():
+            outputs.extend(self._verify(items[i], logits))
         if not res.sample_items:
             return outputs
         seqs = [items[i].seq for i in res.sample_items]
@@ -186,25 +199,51 @@ class LLMEngine:
         want_lp = any(p.logprobs is not None for p in params)
         logprobs = self.kernels.log_softmax(res.sample_logits) if want_lp else None
         for r, (seq, tok) in enumerate(zip(seqs, tokens, strict=True)):
-            seq.token_ids.append(tok)
-            lp, top = float("nan"), []
-            if logprobs is not None and seq.params.logprobs is not None:
-                lp = float(logprobs[r, tok])
-                top = top_logprobs(logprobs[r : r + 1], seq.params.logprobs)[0]
-            reason = self._finish_reason(seq, tok)
-            out = StepOutput(seq.request_id, tok, lp, top, reason is not None, reason,
-                             cached_tokens=seq.num_cached_prefix)  # fmt: skip
-            if seq.prompt_logprobs is not None and not seq.prompt_logprobs_sent:
-                out.prompt_logprobs = seq.prompt_logprobs
-                out.prompt_top_logprobs = seq.prompt_top_logprobs
-                seq.prompt_logprobs_sent = True
-            if reason is not None:
-                seq.status = Status.FINISHED
-                seq.finish_reason = reason
-                self.scheduler.remove(seq)
-                self.seqs.pop(seq.request_id, None)
-            outputs.append(out)
+            outputs.append(self._emit(seq, tok, logprobs, r))
         return outputs
+
+    def _emit(self, seq: Sequence, tok: int, logprobs: torch.Tensor | None, r: int) -> StepOutput:
+        """Append one sampled token (its logprobs from row `r`) and finish the sequence if it ends."""
+        seq.token_ids.append(tok)
+        lp, top = float("nan"), []
+        if logprobs is not None and seq.params.logprobs is not None:
+            lp = float(logprobs[r, tok])
+            top = top_logprobs(logprobs[r : r + 1], seq.params.logprobs)[0]
+        reason = self._finish_reason(seq, tok)
+        out = StepOutput(seq.request_id, tok, lp, top, reason is not None, reason,
+                         cached_tokens=seq.num_cached_prefix)  # fmt: skip
+        if seq.prompt_logprobs is not None and not seq.prompt_logprobs_sent:
+            out.prompt_logprobs = seq.prompt_logprobs
+            out.prompt_top_logprobs = seq.prompt_top_logprobs
+            seq.prompt_logprobs_sent = True
+        if reason is not None:
+            seq.status = Status.FINISHED
+            seq.finish_reason = reason
+            self.scheduler.remove(seq)
+            self.seqs.pop(seq.request_id, None)
+        return out
+
+    def _verify(self, it: Scheduled, logits: torch.Tensor) -> list[StepOutput]:
+        """Accept the drafts the target agrees with (each row sampled as plain decoding would at its
+        position), emit them and the target's next token, and roll the rejected positions' KV back."""
+        seq, draft = it.seq, list(it.draft)
+        rows = len(draft) + 1
+        target = self.sampler(logits, [seq.params] * rows, [seq.seed] * rows,
+                              [seq.num_tokens + j for j in range(rows)])  # fmt: skip
+        new = accepted_tokens(target, draft)
+        self.spec_stats.verify_steps += 1
+        self.spec_stats.draft_tokens += len(draft)
+        self.spec_stats.accepted_tokens += len(new) - 1
+        seq.num_computed = it.start + len(new)  # the last token and the accepted drafts have valid KV
+        logprobs = self.kernels.log_softmax(logits) if seq.params.logprobs is not None else None
+        outs = []
+        for r, tok in enumerate(new):
+            outs.append(self._emit(seq, tok, logprobs, r))
+            if outs[-1].finished:
+                return outs
+        self.blocks.truncate(seq, seq.num_computed)
+        self.blocks.commit(seq)
+        return outs
 
     def _prompt_logprobs(self, seq: Sequence, logits: torch.Tensor) -> None:
         lp = self.kernels.log_softmax(logits)
@@ -275,4 +314,7 @@ class LLMEngine:
             if cfg.shared_rng
             else "counter-based splitmix64 keyed by (seed, position)",
             "greedy_tie_break": "lowest index",
+            "speculative": cfg.speculative,
+            "speculative_k": cfg.spec.k,
+            "speculative_stats": self.spec_stats.as_dict(),
         }

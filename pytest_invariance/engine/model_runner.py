@@ -7,7 +7,7 @@ all-decode step is padded up to the next bucket, as CUDA-graph replay does (a co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,12 +20,14 @@ from .weights import torch_dtype
 
 @dataclass
 class StepLogits:
-    """Logits of the sampled rows, and of the prompt-logprob rows of each item that asked."""
+    """Logits of the sampled rows, of the prompt-logprob rows of each item that asked, and of every
+    verified row of each item that carries drafts."""
 
     sample_logits: torch.Tensor  # [num sampled items, V] fp32, in item order
-    sample_items: list[int]  # item index of each row above
+    sample_items: list[int]  # item index of each row above (items with drafts are not among them)
     prompt_logits: dict[int, torch.Tensor]  # item index -> [rows, V] fp32 for positions start..
     num_tokens: int  # tokens through the model (padding included)
+    verify_logits: dict[int, torch.Tensor] = field(default_factory=dict)  # item -> [drafts + 1, V]
 
 
 class ModelRunner:
@@ -75,8 +77,9 @@ class ModelRunner:
             meta.block_tables.append(seq.block_table)
             if it.n == 1 and it.start > 0:
                 meta.decode_idx.append(i)
+            known = seq.token_ids + list(it.draft) if it.draft else seq.token_ids
             for p in range(it.start, it.start + it.n):
-                ids.append(seq.token_ids[p])
+                ids.append(known[p])
                 pos.append(p)
                 slots.append(seq.block_table[p // bs] * bs + p % bs)
         real = len(ids)
@@ -95,8 +98,12 @@ class ModelRunner:
         rows: list[int] = []
         sample_items: list[int] = []
         prompt_rows: dict[int, tuple[int, int]] = {}
+        verify_rows: dict[int, tuple[int, int]] = {}
         for i, it in enumerate(items):
-            if it.sample:
+            if it.draft:  # the row of its last real token, then one per draft
+                verify_rows[i] = (len(rows), len(it.draft) + 1)
+                rows.extend(range(meta.q_starts[i] + it.n - len(it.draft) - 1, meta.q_starts[i] + it.n))
+            elif it.sample:
                 sample_items.append(i)
             seq = it.seq
             if (
@@ -123,4 +130,5 @@ class ModelRunner:
             sample_items=sample_items,
             prompt_logits={i: logits[a : a + n] for i, (a, n) in prompt_rows.items()},
             num_tokens=padded,
+            verify_logits={i: logits[a : a + n] for i, (a, n) in verify_rows.items()},
         )

@@ -6,29 +6,34 @@ seats, budget and blocks last. A prefill chunk is cut by `chunk_size` and by wha
 budget, so in default mode a prompt's chunk boundaries depend on its neighbours (the chunking
 control). In invariant mode non-final chunks end on block boundaries.
 When blocks run out the youngest running sequence is preempted and later recomputed.
+With speculative decoding on, a decoding sequence's one token is followed by its n-gram drafts
+(as many as the budget and its max_tokens leave room for), verified in the same step.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .sequence import Sequence, Status
+from .speculative import propose_ngram
 
 
 @dataclass
 class Scheduled:
-    """`n` tokens of `seq` from position `start`; `sample` when they end its known tokens."""
+    """`n` tokens of `seq` from position `start`; `sample` when they end its known tokens. The last
+    `len(draft)` of the `n` are draft tokens (not yet the sequence's) to verify."""
 
     seq: Sequence
     start: int
     n: int
+    draft: tuple[int, ...] = field(default=())
 
     @property
     def sample(self) -> bool:
-        return self.start + self.n == self.seq.num_tokens
+        return self.start + self.n - len(self.draft) == self.seq.num_tokens
 
     @property
     def is_decode(self) -> bool:
@@ -38,6 +43,7 @@ class Scheduled:
 class Scheduler:
     def __init__(self, cfg: EngineConfig, blocks: BlockManager):
         self.cfg = cfg
+        self.max_position = cfg.model.max_position
         self.blocks = blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -64,6 +70,16 @@ class Scheduler:
             n = (seq.num_computed + n) // bs * bs - seq.num_computed
         return max(0, n)
 
+    def _draft(self, seq: Sequence, budget: int) -> tuple[int, ...]:
+        """Drafts for a decoding sequence: at most k, one fewer than the tokens it may still emit and
+        than the budget left after its own token."""
+        k = self.cfg.spec.k
+        if not k or seq.remaining != 1 or seq.num_computed < seq.num_prompt:
+            return ()
+        room = min(k, budget - 1, seq.params.max_tokens - len(seq.output_ids) - 1,
+                   self.max_position - seq.num_tokens - 1)  # fmt: skip
+        return tuple(propose_ngram(seq.token_ids, room)) if room > 0 else ()
+
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.blocks.release(seq)
@@ -82,6 +98,8 @@ class Scheduler:
             if n == 0:
                 i += 1
                 continue
+            draft = self._draft(seq, budget)
+            n += len(draft)
             while not self.blocks.allocate(seq, seq.num_computed + n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -89,7 +107,7 @@ class Scheduler:
                     break
             if seq.status is not Status.RUNNING:
                 break  # seq preempted itself: it was the youngest, nothing after it
-            out.append(Scheduled(seq, seq.num_computed, n))
+            out.append(Scheduled(seq, seq.num_computed, n, draft))
             budget -= n
             i += 1
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:

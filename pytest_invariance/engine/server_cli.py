@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix-attention", choices=("cascade", "one-pass"), default="cascade",
                    help="default-mode attention of a prefill chunk with a cached or earlier-chunk prefix: "
                    "cascade (two LSE-merged partial softmaxes; a positive control) or one-pass (SDPA)")  # fmt: skip
+    p.add_argument("--speculative", default="off", metavar="ngram:K",
+                   help="speculative decoding: ngram:K drafts K tokens by prompt lookup and verifies them "
+                   "in one forward (default off)")  # fmt: skip
     p.add_argument(
         "--model", default=None, metavar="PATH", help="local Hugging Face dir (config.json + safetensors)"
     )
@@ -144,6 +147,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         "split_kv": args.split_kv,
         "prefix_attention": args.prefix_attention,
         "tensor_parallel": args.tensor_parallel,
+        "speculative": args.speculative,
     }
     defaults = EngineConfig()
     kwargs["max_num_batched_tokens"] = max(defaults.max_num_batched_tokens, args.max_num_seqs)

@@ -204,3 +204,34 @@ def cache_control_target(request: pytest.FixtureRequest, tmp_path_factory: pytes
     if request.config.getoption("invariance_url_control"):
         return request.getfixturevalue("control_target")
     return _start(request, tmp_path_factory, False, "--prefix-cache")
+
+
+# Speculative decoding: the same engine again with prompt-lookup drafts, beside ``target`` and
+# ``control_target``: ``--invariance-url-speculative`` / ``-speculative-control`` where those are
+# live URLs, else the bundled engine started here (started only when the speculative suite runs).
+SPECULATIVE = ("--speculative", "ngram:4")
+
+
+def _speculative(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, invariant: bool
+) -> Target:
+    role, flag = ("target", "url_speculative") if invariant else ("control", "url_speculative_control")
+    url = request.config.getoption(f"invariance_{flag}")
+    if url:
+        engine = option(request.config, "invariance_engine") or "openai"
+        return _connect(request.config, url, engine, role, "invariant" if invariant else "default")
+    if option(request.config, "invariance_url") or request.config.getoption("invariance_url_control"):
+        pytest.skip(f"--invariance-{flag.replace('_', '-')} names no speculative twin of the live target")
+    return _start(request, tmp_path_factory, invariant, *SPECULATIVE)
+
+
+@pytest.fixture(scope="session")
+def speculative_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    return _speculative(request, tmp_path_factory, True)
+
+
+@pytest.fixture(scope="session")
+def speculative_control_target(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Target:
+    return _speculative(request, tmp_path_factory, False)
