@@ -1,0 +1,79 @@
+"""Models users have, as (module, call, probe maker): a local Hugging Face directory, the bundled
+engine's model, or any ``nn.Module``.
+
+Hugging Face models load with ``local_files_only=True``: nothing is ever downloaded. Their forward
+is called with ``use_cache=False`` so no cache object carries state from one run to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class ModelError(ValueError):
+    """A model that cannot be loaded or called here (one line)."""
+
+
+@dataclass
+class Loaded:
+    """A model ready to localize: ``call(model, ids[B, T])`` runs it; ``vocab`` bounds the probe ids."""
+
+    name: str
+    model: Any
+    call: Any
+    vocab: int
+    device: torch.device
+    dtype: torch.dtype
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ModelError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)}") from None
+
+
+def hf_call(model: Any, ids: torch.Tensor) -> torch.Tensor:
+    """Logits of a causal LM for token ids ``[B, T]`` (no cache, no padding)."""
+    return model(input_ids=ids, use_cache=False).logits
+
+
+def load_hf(path: str | Path, *, device: str = "cpu", dtype: str = "fp32") -> Loaded:
+    """A causal LM from a local directory (config.json + weights), never downloading."""
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        raise ModelError(f"{path}: no config.json (expected a local Hugging Face model directory)")
+    try:
+        from transformers import AutoModelForCausalLM
+    except ImportError:
+        raise ModelError("loading a Hugging Face model needs transformers: pip install 'pytest-invariance[hf]'") from None
+    dt = parse_dtype(dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(p), local_files_only=True, dtype=dt)
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelError(f"{path}: cannot load: {str(e).splitlines()[0]}") from None
+    dev = _device(device)
+    model = model.to(dev).eval()
+    return Loaded(p.name, model, hf_call, int(model.config.vocab_size), dev, dt)
+
+
+def _device(name: str) -> torch.device:
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ModelError(f"unknown device {name!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"device {name!r}: CUDA is not available here")
+    return dev
+
+
+def token_rows(vocab: int, length: int, rows: int, seed: int, device: torch.device) -> torch.Tensor:
+    """``rows`` random token sequences ``[rows, length]`` (row 0 is the probe), from ``seed``."""
+    g = torch.Generator().manual_seed(int(seed))
+    return torch.randint(0, vocab, (rows, length), generator=g).to(device)
