@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from models import Tiny, rows
+from pytest_invariance.reference_kernels import enable
+from tiny_models import Tiny, rows
 
 from pytest_invariance.localize.plant import plant
 from pytest_invariance.localize.run import localize
-from pytest_invariance.reference_kernels import enable
 
 SIZES = (1, 8, 64)
 
