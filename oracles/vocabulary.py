@@ -23,9 +23,10 @@ UNIQUE_SAMPLES = "unique-samples"
 SEEDED_SAMPLING = "seeded-sampling"
 PRECISION = "precision"
 PERF = "perf"  # speed against stock, recorded beside the verdicts
+LOCALIZE = "localize"  # the first op inside a model whose probe-row output diverged
 TENSOR_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING)  # run on tensors (oracles.batch)
 OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)  # what every per-op suite row runs
-ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION, PERF)
+ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION, LOCALIZE, PERF)
 
 # Verdicts (oracles.verdict decides them)
 INVARIANT = "invariant"
