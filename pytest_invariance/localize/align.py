@@ -34,7 +34,7 @@ def _calls(node: Node) -> dict[str, list[Node]]:
 def pair(alone: Node, batched: Node) -> tuple[dict[int, Event], list[str]]:
     """Batched event index -> its probe-alone twin, and the module calls compared only whole."""
     plan: dict[int, Event] = {}
-    coarse: list[str] = []
+    coarse: list[tuple[str, str]] = []
 
     def walk(a: Node, b: Node) -> None:
         fa, fb = a.flat(), b.flat()
@@ -43,7 +43,7 @@ def pair(alone: Node, batched: Node) -> tuple[dict[int, Event], list[str]]:
             return
         if b.event.index >= 0:
             plan[b.event.index] = a.event
-        coarse.append(f"{b.event.path}: {len(fa) - 1} events alone, {len(fb) - 1} in the batch")
+        coarse.append((b.event.path, f"{b.event.path}: {len(fa) - 1} events alone, {len(fb) - 1} in the batch"))
         _pair_own_ops(a, b, plan)
         ca, cb = _calls(a), _calls(b)
         for path, nodes in ca.items():
@@ -52,7 +52,14 @@ def pair(alone: Node, batched: Node) -> tuple[dict[int, Event], list[str]]:
                     walk(x, y)
 
     walk(alone, batched)
-    return plan, coarse
+    # Only the innermost such calls: their callers differ because of them.
+    inner = [text for i, (path, text) in enumerate(coarse) if not any(_inside(q, path) for q, _ in coarse[i + 1 :])]
+    return plan, inner
+
+
+def _inside(path: str, outer: str) -> bool:
+    """Whether module ``path`` is called inside ``outer`` (the root paths contain every module)."""
+    return outer.startswith("<") or path.startswith(outer + ".")
 
 
 def _own(node: Node) -> list[Event]:

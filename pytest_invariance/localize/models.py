@@ -77,3 +77,37 @@ def token_rows(vocab: int, length: int, rows: int, seed: int, device: torch.devi
     """``rows`` random token sequences ``[rows, length]`` (row 0 is the probe), from ``seed``."""
     g = torch.Generator().manual_seed(int(seed))
     return torch.randint(0, vocab, (rows, length), generator=g).to(device)
+
+
+# Random-weight Llama shapes built in memory (nothing saved or downloaded): ``random-llama:NAME``.
+RANDOM_LLAMA = {
+    "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),
+    "llama3-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                      rope_theta=500000.0),
+}  # fmt: skip
+
+
+def random_llama(preset: str, *, device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> Loaded:
+    """A Llama of ``preset``'s shapes with seeded random weights, built on ``device``."""
+    if preset not in RANDOM_LLAMA:
+        raise ModelError(f"unknown random-llama preset {preset!r}; expected one of {', '.join(RANDOM_LLAMA)}")
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        raise ModelError("random-llama needs transformers: pip install 'pytest-invariance[hf]'") from None
+    dev, dt = _device(device), parse_dtype(dtype)
+    torch.manual_seed(seed)
+    with dev:
+        model = LlamaForCausalLM(LlamaConfig(**RANDOM_LLAMA[preset])).to(dt).eval()
+    return Loaded(f"random-llama-{preset}", model, hf_call, RANDOM_LLAMA[preset]["vocab_size"], dev, dt)
+
+
+def load(spec: str, *, device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> Loaded:
+    """``random-llama:PRESET`` or a local Hugging Face directory."""
+    if spec.startswith("random-llama:"):
+        return random_llama(spec.split(":", 1)[1], device=device, dtype=dtype, seed=seed)
+    if not Path(spec).is_dir():
+        raise ModelError(f"{spec}: not a directory (expected a local Hugging Face model directory or random-llama:PRESET)")
+    return load_hf(spec, device=device, dtype=dtype)

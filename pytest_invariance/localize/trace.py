@@ -16,9 +16,10 @@ from typing import Any, Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 OP, MODULE = "op", "module"
+TENSOR = "<tensor>"  # stands for a tensor argument in a kept call (census replays ops with its own)
 ROOT_PATH = "<model>"
 
 
@@ -36,6 +37,7 @@ class Event:
     out_dtypes: list[str] = field(default_factory=list)
     done: int = -1
     data: Any = None  # what the observer keeps (digests, the probe's slices)
+    call: Any = None  # (func, (args, kwargs) with tensors as TENSOR) when the tracer keeps calls
 
     @property
     def signature(self) -> tuple[str, str, str]:
@@ -85,9 +87,10 @@ def _shapes(ts: list[torch.Tensor]) -> tuple[list[tuple[int, ...]], list[str]]:
 class Tracer(TorchDispatchMode):
     """Calls ``observer`` around every aten op and module call while active (see :func:`trace`)."""
 
-    def __init__(self, observer: Observer) -> None:
+    def __init__(self, observer: Observer, keep_calls: bool = False) -> None:
         super().__init__()
         self.observer = observer
+        self.keep_calls = keep_calls
         self.events: list[Event] = []
         self.root = Node(Event(-1, MODULE, "forward", "<forward>"))
         self._stack: list[Node] = [self.root]
@@ -112,6 +115,8 @@ class Tracer(TorchDispatchMode):
             return func(*args, **kwargs)
         inputs = tensors((args, kwargs))
         ev = self._start(OP, str(func), self._stack[-1].event.path, inputs)
+        if self.keep_calls:
+            ev.call = (func, tree_map(lambda a: TENSOR if isinstance(a, torch.Tensor) else a, (args, kwargs)))
         self._stack[-1].children.append(ev)
         state = self.observer.before(ev, inputs)
         out = func(*args, **kwargs)
@@ -153,9 +158,9 @@ class Tracer(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def trace(observer: Observer, model: Any = None) -> Iterator[Tracer]:
+def trace(observer: Observer, model: Any = None, keep_calls: bool = False) -> Iterator[Tracer]:
     """Trace everything run inside the block; ``model`` (an ``nn.Module``) gets hooks on every submodule."""
-    tracer = Tracer(observer)
+    tracer = Tracer(observer, keep_calls)
     handles = []
     if isinstance(model, torch.nn.Module):
         for path, mod in model.named_modules():
