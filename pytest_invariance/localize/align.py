@@ -43,8 +43,8 @@ def pair(alone: Node, batched: Node) -> tuple[dict[int, Event], list[str]]:
             return
         if b.event.index >= 0:
             plan[b.event.index] = a.event
-        coarse.append((b.event.path, f"{b.event.path}: {len(fa) - 1} events alone, {len(fb) - 1} in the batch"))
-        _pair_own_ops(a, b, plan)
+        if not _pair_own_ops(a, b, plan):
+            coarse.append((b.event.path, f"{b.event.path}: {len(fa) - 1} events alone, {len(fb) - 1} in the batch"))
         ca, cb = _calls(a), _calls(b)
         for path, nodes in ca.items():
             if len(cb.get(path, [])) == len(nodes):
@@ -66,7 +66,7 @@ def _own(node: Node) -> list[Event]:
     return [c for c in node.children if isinstance(c, Event)]
 
 
-def _pair_own_ops(a: Node, b: Node, plan: dict[int, Event]) -> None:
+def _pair_own_ops(a: Node, b: Node, plan: dict[int, Event]) -> bool:
     """Pair a call's own ops when the two runs differ only by inserted or dropped data movement."""
     oa, ob = _own(a), _own(b)
     matcher = difflib.SequenceMatcher(None, [e.signature for e in oa], [e.signature for e in ob], autojunk=False)
@@ -75,5 +75,6 @@ def _pair_own_ops(a: Node, b: Node, plan: dict[int, Event]) -> None:
         if tag == "equal":
             pairs.extend(zip(oa[i1:i2], ob[j1:j2], strict=True))
         elif not all(e.kind == OP and is_data_movement(e.name) for e in (*oa[i1:i2], *ob[j1:j2])):
-            return
+            return False
     plan.update({eb.index: ea for ea, eb in pairs})
+    return True

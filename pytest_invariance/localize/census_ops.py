@@ -145,7 +145,7 @@ def spec_of(alone: Event, batched: Event, n0: int) -> OpSpec:
     elif out_lay.kind != ROW:
         spec.skip = f"output has no batch row ({out_lay.kind})"
     elif len(row_dtypes) > 1 or not getattr(torch, next(iter(row_dtypes))).is_floating_point:
-        spec.skip = f"row inputs are not of one floating dtype ({', '.join(sorted(row_dtypes))})"
+        spec.skip = f"row inputs are indices or masks, or of mixed dtypes ({', '.join(sorted(row_dtypes))}): no synthetic rows"
     elif any(lay.kind == WHOLE and not getattr(torch, d).is_floating_point
              for d, lay in zip(alone.in_dtypes, in_lays, strict=True)):  # fmt: skip
         spec.skip = "a non-floating input without a batch row (indices, masks): no synthetic stand-in"

@@ -27,6 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="fp32", help="bf16, fp16 or fp32 (default fp32)")
     p.add_argument("--under-reference", action="store_true", help="run under reference_kernels.enable()")
     p.add_argument("--no-control", action="store_true", help="skip the planted split-K control")
+    p.add_argument("--plant", metavar="PATH[:KIND]", help="swap module PATH for a mutant first (splitk-matmul or rmsnorm-split): a demo that localization names it")
     p.add_argument("--census", action="store_true", help="also run the op census (one record per distinct op)")
     p.add_argument("--out", default="reports/localize", metavar="DIR", help="records.jsonl is appended here")
     p.add_argument("--report", action="store_true", help="render the matrix from DIR/records.jsonl into DIR")
@@ -90,6 +91,16 @@ def run(args: argparse.Namespace) -> int:
     from pytest_invariance.reference_kernels import enable
 
     from .check import run_check
+
+    if args.plant:
+        from .plant import plant
+
+        path, _, kind = args.plant.partition(":")
+        try:
+            loaded.model = plant(loaded.model, path, kind or "splitk-matmul")
+        except ValueError as e:
+            raise CommandError(f"--plant {args.plant}: {e}") from None
+        loaded.name += f"+{kind or 'splitk-matmul'}@{path}"
 
     ids = token_rows(loaded.vocab, args.tokens, max(sizes), args.seed, loaded.device)
     run_id = new_run_id()

@@ -65,6 +65,7 @@ class Verdict:
     layout_events: list[str] = field(default_factory=list)
     unknown_layouts: int = 0
     drift: list[dict] = field(default_factory=list)
+    upstream_differing: int = 0  # events that differed and completed before the culprit (mixing, layout)
 
 
 def layer_of(path: str) -> str:
@@ -91,7 +92,7 @@ def find(events: list[Event], alone: list[Event], final: Event | None) -> Verdic
     mixing: str | None = None
     culprit: Culprit | None = None
     layout_events: list[str] = []
-    differing = 0
+    differing = upstream = 0
     unknown = sum(lay.kind not in (ROW, WHOLE) for e in seen for lay in e.data.out_layouts)
     for ev in seen:
         s: Seen = ev.data
@@ -99,6 +100,7 @@ def find(events: list[Event], alone: list[Event], final: Event | None) -> Verdic
         differing += row_diff or whole_diff
         if culprit is not None or not (row_diff or whole_diff):
             continue
+        upstream += 1
         rows_equal = all(eq is not False for eq, lay in zip(s.in_equal, s.in_layouts, strict=True) if lay.kind == ROW)
         wholes_equal = all(eq is not False for eq, lay in zip(s.in_equal, s.in_layouts, strict=True) if lay.kind == WHOLE)
         if not rows_equal:
@@ -117,11 +119,12 @@ def find(events: list[Event], alone: list[Event], final: Event | None) -> Verdic
             n_diff=s.n_diff, numel=s.numel, via=None if wholes_equal else mixing or "a batch-wide input",
             unverified=sum(eq is None for eq in s.in_equal),
         )  # fmt: skip
+        upstream -= 1
     out_equal = None
     if final is not None and isinstance(final.data, Seen):
         eqs = final.data.out_equal
         out_equal = None if any(e is None for e in eqs) else all(eqs)
-    return Verdict(culprit, out_equal, len(seen), differing, mixing, layout_events, unknown, drift(seen))
+    return Verdict(culprit, out_equal, len(seen), differing, mixing, layout_events, unknown, drift(seen), upstream)
 
 
 def drift(seen: list[Event]) -> list[dict]:

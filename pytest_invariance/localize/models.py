@@ -51,8 +51,10 @@ def load_hf(path: str | Path, *, device: str = "cpu", dtype: str = "fp32") -> Lo
         raise ModelError(f"{path}: no config.json (expected a local Hugging Face model directory)")
     try:
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
     except ImportError:
         raise ModelError("loading a Hugging Face model needs transformers: pip install 'pytest-invariance[hf]'") from None
+    hf_logging.disable_progress_bar()  # stderr stays for our one-line errors
     dt = parse_dtype(dtype)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(p), local_files_only=True, dtype=dt)

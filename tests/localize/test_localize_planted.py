@@ -17,6 +17,7 @@ def _upstream_clean(res, planted: str) -> None:
     for c in res.configs:
         k = c.verdict.culprit
         assert k is not None and k.path == planted, (c.batch_size, c.position, k)
+        assert c.verdict.upstream_differing == 0
 
 
 @pytest.mark.parametrize(("path", "kind"), [("layers.1.up", "splitk-matmul"), ("layers.0.norm", "rmsnorm-split")])
