@@ -69,3 +69,13 @@ def test_cli_bad_input_is_one_line_and_exit_2(llama_dir: Path, tmp_path: Path, c
     assert main(["localize", *argv, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_under_enable_the_tiny_llama_has_no_culprit_at_1_8_64(llama_dir: Path) -> None:
+    # SDPA is routed too (reference_kernels.attention.sdpa); what is left stock is elementwise.
+    m = load_hf(llama_dir)
+    ids = token_rows(m.vocab, 4, 64, seed=1, device=m.device)
+    with enable():
+        res = localize(m.model, ids[0], ids[1:], batch_sizes=(1, 8, 64), call=m.call)
+    assert res.culprit is None and not res.diverged, res.culprits
+    assert all(c.verdict.output_equal is True and not c.coarse for c in res.configs)
