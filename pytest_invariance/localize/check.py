@@ -59,17 +59,16 @@ def run_check(
     probe: torch.Tensor,
     neighbours: torch.Tensor,
     *,
-    batch_sizes: Sequence[int] = (1, 8, 64),
-    positions: str | Sequence[int] = "ends",
-    call: Any = None,
     control: bool = True,
     control_site: str | None = None,
+    **kw: Any,
 ) -> Checked:
-    """Localize ``model`` and, when ``control``, its planted copy, with the same probe and batches."""
+    """Localize ``model`` and, when ``control``, its planted copy, with the same probe and batches
+    (``kw``: :func:`localize`'s options, ``batch_sizes``, ``positions``, ``call``, ``keep_numel``)."""
     from pytest_invariance.oracles.vocabulary import quantization_of
     from pytest_invariance.reference_kernels import is_enabled
 
-    kw: dict[str, Any] = {"batch_sizes": batch_sizes, "positions": positions, "call": call}
+    batch_sizes: Sequence[int] = kw.setdefault("batch_sizes", (1, 8, 64))
     dtype = _dtype(model)
     subject = {
         "dtype": None if dtype is None else str(dtype).removeprefix("torch."),
