@@ -78,7 +78,7 @@ def run_check(
     }
     try:
         result, error = localize(model, probe, neighbours, **kw), None
-    except (ValueError, TypeError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a forward that raises is evidence: the check is incomplete
         result, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     ctl = planted_control(model, probe, neighbours, site=control_site, **kw) if control and error is None else None
     return Checked(result, error, ctl, subject)
