@@ -135,13 +135,19 @@ def _position_sizes(sizes: list[int]) -> list[int]:
     return sorted({big[0], big[len(big) // 2], big[-1]}) if big else [2]
 
 
-def specs(model: Any, batch: torch.Tensor, call: Callable, n0: int = 3) -> tuple[list[OpSpec], list[str]]:
+def specs(model: Any, batch: torch.Tensor, call: Callable, n0: int = 3,
+          before_run: Callable | None = None) -> tuple[list[OpSpec], list[str]]:  # fmt: skip
     """Distinct ops of ``call(model, batch[:n0])`` against ``batch[:1]``, in first-call order, and
     the module calls whose ops could not be paired (``align``)."""
-    with torch.no_grad(), trace(_Nop(), model, keep_calls=True) as alone:
-        call(model, batch[:1])
-    with torch.no_grad(), trace(_Nop(), model, keep_calls=True) as batched:
-        call(model, batch[:n0])
+    for n, into in ((1, "alone"), (n0, "batched")):
+        if before_run is not None:
+            before_run(model, n, 0)
+        with torch.no_grad(), trace(_Nop(), model, keep_calls=True) as tracer:
+            call(model, batch[:n])
+        if into == "alone":
+            alone = tracer
+        else:
+            batched = tracer
     if [e.signature for e in alone.events] == [e.signature for e in batched.events]:
         plan, coarse = {e.index: alone.events[e.index] for e in batched.events}, []
     else:
@@ -168,6 +174,7 @@ def census(
     profile: str = "quick",
     limit: int | None = None,
     seed: int = 0,
+    before_run: Callable | None = None,
 ) -> Census:
     """Run the per-op oracles on every distinct op of the forward over ``batch`` (rows on dim 0)."""
     from pytest_invariance.reference_kernels import is_enabled
@@ -177,7 +184,7 @@ def census(
     enabled = is_enabled()
     sizes = batch_sweep(profile, limit)
     results = []
-    found, coarse = specs(model, batch, call or default_call)
+    found, coarse = specs(model, batch, call or default_call, before_run=before_run)
     for spec in found:
         r = OpResult(spec, _routed(spec) if enabled else None)
         if spec.skip is None:

@@ -44,7 +44,7 @@ class Checked:
         if c is None or c.result is None:
             return {}
         top = c.result.culprit
-        return {"planted": c.path, "named": None if top is None else top["module"], "max_ulp": None if top is None else top["max_ulp"]}
+        return {"planted": c.path or c.name, "named": None if top is None else top["module"], "max_ulp": None if top is None else top["max_ulp"]}
 
 
 def _dtype(model: Any) -> torch.dtype | None:

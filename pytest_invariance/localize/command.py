@@ -18,7 +18,7 @@ EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", help="a local Hugging Face model directory, or random-llama:PRESET (tiny, llama3-8b)")
+    p.add_argument("model", metavar="MODEL", help="a local Hugging Face model directory, random-llama:PRESET (tiny, llama3-8b), or the bundled engine's model: bundled[-invariant][:demo|llama3-8b] (its own dtype, --dtype ignored)")
     p.add_argument("--batch", default="1,8,64", help="batch sizes, comma separated (default 1,8,64)")
     p.add_argument("--positions", default="ends", help="probe positions: ends (0 and N-1), all ({0,1,mid,N-2,N-1}) or a list")
     p.add_argument("--tokens", type=int, default=16, help="tokens per row (default 16)")
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with mode:
         checked = run_check(loaded.model, ids[0], ids[1:], batch_sizes=sizes, positions=positions,
-                            call=loaded.call, control=not args.no_control)  # fmt: skip
+                            call=loaded.call, control=not args.no_control, before_run=loaded.before_run)  # fmt: skip
         records = [_record(checked, loaded.name, run_id, args.model)]
         took = time.perf_counter() - t0
         census_text = ""
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             from .census import census, census_records
 
             t1 = time.perf_counter()
-            result = census(loaded.model, ids[: max(sizes)], call=loaded.call)
+            result = census(loaded.model, ids[: max(sizes)], call=loaded.call, before_run=loaded.before_run)
             records += census_records(result, run_id=run_id, model=loaded.name)
             census_text = result.table() + f"\ncensus: {len(result.ops)} distinct ops in {time.perf_counter() - t1:.1f} s"
     print(checked.summary)

@@ -2,7 +2,9 @@
 
 A localization that finds no culprit is only a clean pass if it could have found one: the
 control localizes a copy of the model whose first ``nn.Linear`` is the split-K mutant, and it
-counts as diverged only when the culprit it names is that planted module.
+counts as diverged only when the culprit it names is that planted module. The bundled engine's
+model in invariant mode has no ``nn.Linear``: its control is the same model in default mode,
+whose designed mechanisms (M-bucket split-K at M <= 8 rows) must produce a culprit.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from .run import Localization, localize
 @dataclass
 class ControlRun:
     name: str  # e.g. "planted splitk-matmul at model.layers.0.self_attn.q_proj"
-    path: str
+    path: str | None  # the planted module; None: any culprit counts
     result: Localization | None
     error: str | None = None
 
@@ -26,7 +28,8 @@ class ControlRun:
         """Whether the control named its planted module (None when it did not run)."""
         if self.result is None or self.error:
             return None
-        return any(c.verdict.culprit is not None and c.verdict.culprit.path == self.path for c in self.result.configs)
+        return any(c.verdict.culprit is not None and (self.path is None or c.verdict.culprit.path == self.path)
+                   for c in self.result.configs)  # fmt: skip
 
 
 def planted_control(model: Any, probe: Any, neighbours: Any, *, site: str | None = None,
@@ -34,6 +37,16 @@ def planted_control(model: Any, probe: Any, neighbours: Any, *, site: str | None
     """Localize ``model`` with ``site`` (default: its first Linear) planted; None without a site."""
     import torch
 
+    from .bundled import BundledLM
+
+    if isinstance(model, BundledLM):
+        if not model.cfg.batch_invariant:
+            return None
+        name = "bundled default mode (M-bucket split-K, split-KV)"
+        try:
+            return ControlRun(name, None, localize(model.default_twin(), probe, neighbours, **kw))
+        except Exception as exc:  # noqa: BLE001 - a control that raises makes the check incomplete
+            return ControlRun(name, None, None, f"{type(exc).__name__}: {exc}")
     if not isinstance(model, torch.nn.Module):
         return None
     site = site or first_linear(model)

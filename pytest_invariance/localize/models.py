@@ -30,6 +30,7 @@ class Loaded:
     vocab: int
     device: torch.device
     dtype: torch.dtype
+    before_run: Any = None  # localize's hook (the bundled engine places the probe's cache blocks)
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -106,10 +107,30 @@ def random_llama(preset: str, *, device: str = "cpu", dtype: str = "fp32", seed:
     return Loaded(f"random-llama-{preset}", model, hf_call, RANDOM_LLAMA[preset]["vocab_size"], dev, dt)
 
 
+def bundled(spec: str, *, device: str = "cpu") -> Loaded:
+    """``bundled[-invariant][:PRESET]``: the bundled engine's model (synthetic weights, its own dtype),
+    one prefill step, in default mode or in its invariant mode."""
+    from pytest_invariance.engine.config import PRESETS
+
+    head, _, preset = spec.partition(":")
+    preset = preset or "demo"
+    if preset not in PRESETS:
+        raise ModelError(f"unknown bundled preset {preset!r}; expected one of {', '.join(PRESETS)}")
+    from .bundled import BundledLM, before_run
+
+    dev = _device(device)
+    cfg = PRESETS[preset]()
+    lm = BundledLM(cfg, invariant=head == "bundled-invariant", device=str(dev))
+    return Loaded(f"{head}-{preset}", lm, lambda m, ids: m(ids), cfg.vocab_size, dev, parse_dtype("bf16")
+                  if cfg.dtype == "bfloat16" else torch.float32, before_run)  # fmt: skip
+
+
 def load(spec: str, *, device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> Loaded:
-    """``random-llama:PRESET`` or a local Hugging Face directory."""
+    """``random-llama:PRESET``, ``bundled[-invariant][:PRESET]`` or a local Hugging Face directory."""
+    if spec.split(":")[0] in ("bundled", "bundled-invariant"):
+        return bundled(spec, device=device)
     if spec.startswith("random-llama:"):
         return random_llama(spec.split(":", 1)[1], device=device, dtype=dtype, seed=seed)
     if not Path(spec).is_dir():
-        raise ModelError(f"{spec}: not a directory (expected a local Hugging Face model directory or random-llama:PRESET)")
+        raise ModelError(f"{spec}: not a directory (expected a local Hugging Face model directory, random-llama:PRESET or bundled[-invariant][:PRESET])")
     return load_hf(spec, device=device, dtype=dtype)

@@ -22,6 +22,8 @@ from .rows import WHOLE, Layout, layout, probe_view
 from .trace import Event
 
 KEEP_NUMEL = 1 << 22
+# Factories of uninitialized memory: their bits are whatever the allocator left, so never compared.
+UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -115,6 +117,15 @@ class Comparer:
         self.alone, self.n, self.position, self.digest = alone, n, position, digester
         self.plan = plan
         self.misaligned: int | None = None
+        # storage -> version of uninitialized memory not yet written: reading it compares garbage
+        self._unwritten: dict[int, int] = {}
+
+    def _reads_unwritten(self, inputs: list[torch.Tensor]) -> bool:
+        for t in inputs:
+            ver = self._unwritten.get(t.untyped_storage().data_ptr())
+            if ver is not None and ver == _version(t):
+                return True
+        return False
 
     def _twin(self, ev: Event, inputs: list[torch.Tensor]) -> Event | None:
         if self.plan is not None:
@@ -129,8 +140,10 @@ class Comparer:
 
     def before(self, ev: Event, inputs: list[torch.Tensor]) -> tuple[Event, Seen] | None:
         twin = self._twin(ev, inputs)
-        if twin is None or len(twin.in_shapes) != len(inputs):
+        if twin is None or len(twin.in_shapes) != len(inputs) or self._reads_unwritten(inputs):
             return None
+        if _uninitialized(ev.name):
+            return twin, None  # type: ignore[return-value]
         lays = [layout(s, tuple(t.shape), self.n) for s, t in zip(twin.in_shapes, inputs, strict=True)]
         equal: list[bool | None] = []
         for t, lay, ref in zip(inputs, lays, twin.data.in_digests, strict=True):
@@ -142,6 +155,12 @@ class Comparer:
         if state is None:
             return
         twin, seen = state
+        if seen is None:  # uninitialized memory: remember it until something writes it
+            for t in outputs:
+                ver = _version(t)
+                if ver is not None:
+                    self._unwritten[t.untyped_storage().data_ptr()] = ver
+            return
         if len(twin.out_shapes) != len(outputs):
             return
         ref: Any = twin.data
@@ -165,3 +184,8 @@ class Comparer:
                 d = self.digest(t, lay, self.position)
                 seen.out_equal.append(None if d is None else bool(torch.equal(d, ref.out_digests[i])))
         ev.data = seen
+
+
+def _uninitialized(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) > 1 and parts[0] == "aten" and parts[1] in UNINITIALIZED

@@ -104,7 +104,10 @@ def _final(tracer: Tracer) -> Event | None:
     return done[-1] if done else None
 
 
-def _run(model: Any, call: Call, batch: torch.Tensor, observer: Any) -> Tracer:
+def _run(model: Any, call: Call, batch: torch.Tensor, observer: Any, before: Any = None,
+         position: int = 0) -> Tracer:  # fmt: skip
+    if before is not None:
+        before(model, batch.shape[0], position)
     with torch.no_grad(), trace(observer, model) as tracer:
         call(model, batch)
     return tracer
@@ -119,16 +122,19 @@ def localize(
     positions: str | Sequence[int] = "ends",
     call: Call | None = None,
     keep_numel: int = KEEP_NUMEL,
+    before_run: Callable[[Any, int, int], None] | None = None,
 ) -> Localization:
     """Run the probe alone and in every (batch size, position); name the first op that differed.
 
     ``model`` is an ``nn.Module`` (its submodules give the paths) or any object ``call`` accepts;
     ``call(model, batch)`` runs the forward (default ``model(batch)``); ``probe`` is one row (e.g.
-    token ids ``[T]``) and ``neighbours`` ``[K, *probe.shape]`` the rows that share its batch."""
+    token ids ``[T]``) and ``neighbours`` ``[K, *probe.shape]`` the rows that share its batch;
+    ``before_run(model, n, position)`` is told where the probe sits before each run (a model whose
+    state must follow the probe, as the bundled engine's cache blocks)."""
     call = call or default_call
     t0 = time.perf_counter()
     digester = Digester(external_storages(model))
-    alone_tracer = _run(model, call, probe[None], Recorder(digester, keep_numel))
+    alone_tracer = _run(model, call, probe[None], Recorder(digester, keep_numel), before_run)
     alone = alone_tracer.events
     configs: list[Config] = []
     for n in sorted(set(batch_sizes)):
@@ -136,11 +142,11 @@ def localize(
             t1 = time.perf_counter()
             batch = batch_of(probe, neighbours, n, p)
             comparer = Comparer(alone, n, p, digester)
-            tracer = _run(model, call, batch, comparer)
+            tracer = _run(model, call, batch, comparer, before_run, p)
             coarse: list[str] = []
             if comparer.misaligned is not None:
                 plan, coarse = pair(alone_tracer.root, tracer.root)
-                tracer = _run(model, call, batch, Comparer(alone, n, p, digester, plan))
+                tracer = _run(model, call, batch, Comparer(alone, n, p, digester, plan), before_run, p)
             verdict = find(tracer.events, alone, _final(tracer))
             configs.append(Config(n, p, verdict, time.perf_counter() - t1, coarse))
     nondet = any(c.batch_size == 1 and (c.verdict.differing or c.verdict.output_equal is False) for c in configs)

@@ -113,7 +113,8 @@ class Tracer(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.paused:
             return func(*args, **kwargs)
-        inputs = tensors((args, kwargs))
+        # An ``out=`` tensor is written, not read: its old (often uninitialized) bits are no input.
+        inputs = tensors((args, {k: v for k, v in kwargs.items() if k != "out"}))
         ev = self._start(OP, str(func), self._stack[-1].event.path, inputs)
         if self.keep_calls:
             ev.call = (func, tree_map(lambda a: TENSOR if isinstance(a, torch.Tensor) else a, (args, kwargs)))

@@ -129,7 +129,7 @@ ALLOWED = {
     "adapters": {"oracles", ""},
     "e2e": {"adapters", "oracles", "plugin", ""},  # talks to engines over HTTP only
     # records / hardware / recordio / matrix are "plugin" here; the fixture imports localize lazily
-    "localize": {"oracles", "reference_kernels", "plugin", ""},
+    "localize": {"oracles", "reference_kernels", "plugin", "engine", ""},  # engine: bundled.py only
 }
 
 
