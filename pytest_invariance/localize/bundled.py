@@ -103,6 +103,8 @@ class BundledLM(nn.Module):
         slots = [tables[i][p // bs] * bs + p % bs for i in range(b) for p in range(t)]
         meta = AttnBatch([i * t for i in range(b)], [t] * b, [t] * b, tables,
                          torch.tensor(slots, dtype=torch.long, device=dev))  # fmt: skip
+        # Sized by the batch (b * nb blocks + a spare), so its layout reads as unknown: ops that read
+        # it are compared at their outputs (a fixed-size cache cost 2.5x the time in digests).
         shape = (b * nb + 1, bs, m.cfg.kv_heads, m.cfg.head_dim)
         kv = [(torch.zeros(shape, dtype=m.embed.dtype, device=dev), torch.zeros(shape, dtype=m.embed.dtype, device=dev))
               for _ in range(m.cfg.layers)]  # fmt: skip

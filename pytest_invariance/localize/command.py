@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     ctl = checked.control
     if ctl is not None:
         print(f"control {ctl.name}: {'named it' if ctl.diverged else 'did NOT name it' if ctl.diverged is False else ctl.error}")
-    print(f"verdict: {records[0]['verdict']} ({took:.1f} s, {args.device}, {args.dtype}"
+    print(f"verdict: {records[0]['verdict']} ({took:.1f} s, {args.device}, {str(loaded.dtype).removeprefix('torch.')}"
           f"{', under reference_kernels.enable()' if args.under_reference else ''})")  # fmt: skip
     if census_text:
         print(census_text)
