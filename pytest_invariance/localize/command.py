@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--under-reference", action="store_true", help="run under reference_kernels.enable()")
     p.add_argument("--no-control", action="store_true", help="skip the planted split-K control")
     p.add_argument("--plant", metavar="PATH[:KIND]", help="swap module PATH for a mutant first (splitk-matmul or rmsnorm-split): a demo that localization names it")
+    p.add_argument("--hash-only", action="store_true",
+                   help="keep a digest per op instead of the probe's slices (least memory; no ULP distances)")
     p.add_argument("--census", action="store_true", help="also run the op census (one record per distinct op)")
     p.add_argument("--out", default="reports/localize", metavar="DIR", help="records.jsonl is appended here")
     p.add_argument("--report", action="store_true", help="render the matrix from DIR/records.jsonl into DIR")
@@ -91,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from pytest_invariance.reference_kernels import enable
 
     from .check import run_check
+    from .probe import KEEP_NUMEL
 
     if args.plant:
         from .plant import plant
@@ -108,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with mode:
         checked = run_check(loaded.model, ids[0], ids[1:], batch_sizes=sizes, positions=positions,
-                            call=loaded.call, control=not args.no_control, before_run=loaded.before_run)  # fmt: skip
+                            call=loaded.call, control=not args.no_control, before_run=loaded.before_run,
+                            keep_numel=0 if args.hash_only else KEEP_NUMEL)  # fmt: skip
         records = [_record(checked, loaded.name, run_id, args.model)]
         took = time.perf_counter() - t0
         census_text = ""

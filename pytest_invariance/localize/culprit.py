@@ -38,7 +38,7 @@ class Culprit:
     in_shapes: list[tuple[int, ...]]
     out_shapes: list[tuple[int, ...]]
     dtype: str
-    max_ulp: float
+    max_ulp: float | None  # None: seen by digest only (``keep_numel`` 0 or a large output)
     n_diff: int
     numel: int
     via: str | None = None  # the first event whose batch-wide (whole) output differed, when read here
@@ -115,7 +115,8 @@ def find(events: list[Event], alone: list[Event], final: Event | None) -> Verdic
         twin = alone[s.twin]
         culprit = Culprit(
             index=s.twin, kind=ev.kind, op=ev.name, path=ev.path, in_shapes=twin.in_shapes,
-            out_shapes=twin.out_shapes, dtype=",".join(sorted(set(ev.out_dtypes))), max_ulp=s.max_ulp,
+            out_shapes=twin.out_shapes, dtype=",".join(sorted(set(ev.out_dtypes))),
+            max_ulp=None if s.digest_only and not s.max_ulp else s.max_ulp,
             n_diff=s.n_diff, numel=s.numel, via=None if wholes_equal else mixing or "a batch-wide input",
             unverified=sum(eq is None for eq in s.in_equal),
         )  # fmt: skip

@@ -104,6 +104,7 @@ class Seen:
     max_ulp: float = 0.0
     n_diff: int = 0
     numel: int = 0
+    digest_only: bool = False  # a difference seen by digest only (no copy kept): no ULP distance
 
 
 class Comparer:
@@ -182,7 +183,9 @@ class Comparer:
                     seen.numel += c.numel
             else:
                 d = self.digest(t, lay, self.position)
-                seen.out_equal.append(None if d is None else bool(torch.equal(d, ref.out_digests[i])))
+                eq = None if d is None else bool(torch.equal(d, ref.out_digests[i]))
+                seen.out_equal.append(eq)
+                seen.digest_only |= eq is False
         ev.data = seen
 
 

@@ -7,7 +7,9 @@ from typing import Any
 from .run import Config, Localization
 
 
-def _ulp(v: float) -> str:
+def _ulp(v: float | None) -> str:
+    if v is None:
+        return "digest only"
     return "inf" if v == float("inf") else f"{v:g}"
 
 
@@ -78,7 +80,7 @@ def evidence(loc: Localization) -> dict[str, Any]:
         "failures": int(loc.diverged),
         "culprit": top,
         "culprits": loc.culprits,
-        "max_ulp": max((r["max_ulp"] for r in loc.culprits), default=0.0),
+        "max_ulp": max((r["max_ulp"] for r in loc.culprits if r["max_ulp"] is not None), default=0.0),
         "first": {"batch_size": cfg.batch_size, "position": cfg.position, "label": f"{top['op']} at {top['module']}"}
         if cfg is not None and top is not None else None,
         "batch_sizes": sorted({c.batch_size for c in loc.configs}),

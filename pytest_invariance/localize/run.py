@@ -56,7 +56,8 @@ class Localization:
             if k is None:
                 continue
             row = rows.setdefault((k.index, k.op, k.path), {**k.to_dict(), "batch_sizes": [], "positions": []})
-            row["max_ulp"] = max(row["max_ulp"], k.max_ulp)
+            if k.max_ulp is not None:
+                row["max_ulp"] = max(row["max_ulp"] or 0.0, k.max_ulp)
             if c.batch_size not in row["batch_sizes"]:
                 row["batch_sizes"].append(c.batch_size)
             row["positions"].append([c.batch_size, c.position])

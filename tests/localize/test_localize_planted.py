@@ -51,3 +51,11 @@ def test_the_same_model_stock_with_a_plant_under_enable_diverges_where_split_cou
     by_size = {c.batch_size: c.verdict.culprit for c in res.configs}
     assert by_size[1] is None and by_size[2] is None  # M=4 and M=8: the same 8 splits
     assert by_size[8] is not None and by_size[8].path == "inp"
+
+
+def test_digests_only_still_find_the_culprit_without_ulp() -> None:
+    x = rows(64)
+    with enable():
+        res = localize(plant(Tiny(), "layers.1.up"), x[0], x[1:], batch_sizes=(8,), positions=[0], keep_numel=0)
+    assert res.culprit["module"] == "layers.1.up" and res.culprit["max_ulp"] is None
+    assert res.configs[0].verdict.upstream_differing == 0
