@@ -87,6 +87,8 @@ def _mutant(spec: OpSpec) -> Callable | None:
     from pytest_invariance.reference_kernels.mutants.splitk_matmul import splitk_matmul
 
     p, shapes = packet(spec.name), spec.in_shapes
+    if "scaled_dot_product" in p:
+        return _sdpa_mutant(spec.func)
     if p == "mm" and spec.in_layouts[0].dim == 0 and spec.in_layouts[1].kind == "whole":
         return lambda a, b: splitk_matmul(a, b.t())
     if p == "addmm" and len(shapes) == 3 and spec.in_layouts[1].dim == 0 and spec.in_layouts[2].kind == "whole":
@@ -104,6 +106,29 @@ def _mutant(spec: OpSpec) -> Callable | None:
 
         return mean
     return None
+
+
+def _sdpa_mutant(func: Any) -> Callable:
+    """Split-KV attention (``mutants.splitkv_prefill``: split count from sequences x KV heads, at least 4
+    keys a split) with the signature of any SDPA op: its arguments are bound by the op's schema names."""
+    from pytest_invariance.reference_kernels.mutants.splitkv_decode import splitkv_prefill
+
+    names = [a.name for a in func._schema.arguments]
+
+    def mutant(*args: Any, **kwargs: Any) -> torch.Tensor:
+        a = {**dict(zip(names, args, strict=False)), **kwargs}
+        q, k, v = a["query"], a["key"], a["value"]
+        b, hq, lq, d = q.shape
+        lk = k.shape[2]
+        if a.get("attn_mask") is not None or a.get("attn_bias") is not None or (a.get("is_causal") and lq != lk):
+            raise ValueError("the split-KV control covers unmasked SDPA (causal with Lq == Lk, or dense) only")
+        cu = torch.arange(b + 1, device=q.device, dtype=torch.int32)
+        out = splitkv_prefill(q.transpose(1, 2).reshape(b * lq, hq, d), k.transpose(1, 2).reshape(b * lk, -1, d),
+                              v.transpose(1, 2).reshape(b * lk, -1, d), cu * lq, cu * lk,
+                              causal=bool(a.get("is_causal")), scale=a.get("scale"), min_keys=4)  # fmt: skip
+        return out.reshape(b, lq, hq, d).transpose(1, 2)
+
+    return mutant
 
 
 def _routed(spec: OpSpec) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from custom_ops import SplitKOpLinear
 from pytest_invariance.reference_kernels import enable
 from tiny_models import Tiny, rows
@@ -54,3 +55,19 @@ def test_census_stock_replays_the_decomposed_norm() -> None:
     assert {"aten.pow.Tensor_Scalar", "aten.mean.dim", "aten.rsqrt.default"} <= names  # F.rms_norm decomposed
     mean = next(r for r in res.ops if r.spec.name == "aten.mean.dim")
     assert mean.routed is None and mean.control["batch-size"]["diverged"] is True  # mean-split control
+
+
+class Attn(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+
+
+def test_census_sdpa_is_routed_under_enable_beside_a_split_kv_control() -> None:
+    # 64 keys: the split-KV control (at least 16 keys a split) cuts them by batch size
+    x = rows(17, tokens=64, width=16).reshape(17, 1, 64, 16)
+    with enable():
+        res = census(Attn(), x, limit=17)
+    (sdpa,) = [r for r in res.ops if "scaled_dot_product" in r.spec.name]
+    assert sdpa.spec.name == "aten.scaled_dot_product_attention.default" and sdpa.routed is True
+    assert sdpa.family == "attention-prefill" and sdpa.verdicts["batch-size"] == "invariant"
+    assert sdpa.control["batch-size"]["diverged"] is True
