@@ -50,6 +50,11 @@ def _build_parser() -> _Parser:
     c.add_argument("records", nargs="+", metavar="RECORDS", help="JSONL records files of the new run")
     c.add_argument("--expect", required=True, metavar="MATRIX.json", help="the committed matrix.json")
 
+    loc = sub.add_parser("localize", help="name the first aten op of a model whose probe row depends on its batch")
+    from .localize.command import add_arguments
+
+    add_arguments(loc)
+
     sub.add_parser(
         "serve",
         help="run the bundled inference engine's HTTP server (options: pytest-invariance serve --help)",
@@ -135,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return e.code if isinstance(e.code, int) else EXIT_USAGE
         if args.command == "matrix":
             return _cmd_matrix(args)
+        if args.command == "localize":
+            from .localize.command import main as localize_main
+
+            return localize_main(args)
         return _cmd_compare(args)
     except UsageError as e:
         print(f"pytest-invariance: error: {e}", file=sys.stderr)

@@ -131,6 +131,41 @@ class Invariance:
             seed=self.seed, trials=1, profile=self.profile, extra=extra,
         )  # fmt: skip
 
+    def localize(
+        self,
+        model: Any,
+        probe: Any,
+        neighbours: Any,
+        *,
+        call: Callable | None = None,
+        batch_sizes: list[int] | tuple[int, ...] = (1, 8, 64),
+        positions: str | list[int] = "ends",
+        control: bool = True,
+        control_site: str | None = None,
+        implementation: str | None = None,
+        expect: str = "invariant",
+        extra: dict | None = None,
+    ) -> dict:
+        """``localize`` oracle: the probe alone vs inside batches, aten op by aten op; a divergence
+        fails with the first op that diverged (module path, op, shapes, max ULP, batch sizes).
+
+        The control is the model with its first ``nn.Linear`` (or ``control_site``) planted with
+        the split-K mutant: it must name that module, else equality is ``vacuous``."""
+        __tracebackhide__ = True
+        from pytest_invariance.localize.check import run_check
+
+        res = run_check(model, probe, neighbours, batch_sizes=batch_sizes, positions=positions, call=call,
+                        control=control, control_site=control_site)  # fmt: skip
+        observed = Observation(res.diverged, res.evidence, res.summary, error=res.error)
+        ctl = None
+        if res.control is not None:
+            ctl = Control(res.control.name, Observation(res.control.diverged, res.control_evidence(), error=res.control.error))
+        return judge(
+            self, observed, ctl, expect=expect, family="engine",
+            implementation=implementation or type(model).__name__, oracle="localize", contract="bitwise",
+            seed=self.seed, trials=1, profile=self.profile, extra=extra, **res.subject,
+        )  # fmt: skip
+
     def check(
         self,
         fn: Callable,

@@ -2,17 +2,24 @@
 
 ``enable()`` is a context manager and a decorator. While at least one
 ``enable`` is active, ``aten::mm``, ``aten::addmm``, ``aten::bmm``,
-``aten::_log_softmax``, ``aten::mean.dim`` and ``aten::rms_norm`` dispatch to
-the reference kernels for CPU and CUDA tensors, so stock code (``F.linear``,
-``torch.mm``, ``F.rms_norm``, ``x.pow(2).mean(-1)``, ``log_softmax``) becomes
-batch-invariant without edits.
+``aten::_log_softmax``, ``aten::mean.dim``, ``aten::rms_norm`` and
+``aten::scaled_dot_product_attention`` dispatch to the reference kernels for CPU
+and CUDA tensors, so stock code (``F.linear``, ``torch.mm``, ``F.rms_norm``,
+``x.pow(2).mean(-1)``, ``log_softmax``, ``F.scaled_dot_product_attention``)
+becomes batch-invariant without edits. SDPA cases the reference does not cover
+(``attention.sdpa``: dropout, non-prefix masks, additive biases) run stock.
+Not routed at all: ``softmax`` (``aten::_softmax``), elementwise ops (CPU
+``exp``/``sigmoid``/``silu`` take SIMD and scalar-tail paths), and direct calls
+of the flash / efficient / cuDNN SDPA ops; the op census lists them per model.
 
 How: a ``torch.library.Library("aten", "IMPL")`` registers our kernels on the
 ``CPU`` and ``CUDA`` dispatch keys, replacing the stock ones; destroying the
-library restores them. ``rms_norm`` is CompositeImplicitAutograd in torch
-2.11-2.13 (its math kernel fills every backend slot), and a direct ``CPU`` /
-``CUDA`` kernel takes precedence over it, while its autograd slot falls
-through to the backend: so the override catches ``F.rms_norm`` too. The
+library restores them. ``rms_norm`` and ``scaled_dot_product_attention`` are
+CompositeImplicitAutograd in torch 2.11-2.13 (the math kernel fills every
+backend slot), and a direct ``CPU`` / ``CUDA`` kernel takes precedence over
+it, while its autograd slot falls through to the backend: so the override
+catches ``F.rms_norm`` and ``F.scaled_dot_product_attention`` before they
+decompose into the flash / efficient / cuDNN kernels. The
 registration is global to the process (the dispatcher has no per-thread
 table); a depth counter makes nesting work: only the outermost exit restores
 the stock kernels, and it does so even when the body raised.
@@ -35,7 +42,9 @@ from typing import Any
 import torch
 
 # aten op (with overload) -> name of our implementation below
-ROUTED_OPS: tuple[str, ...] = ("mm", "addmm", "bmm", "_log_softmax", "mean.dim", "rms_norm")
+ROUTED_OPS: tuple[str, ...] = (
+    "mm", "addmm", "bmm", "_log_softmax", "mean.dim", "rms_norm", "scaled_dot_product_attention",
+)  # fmt: skip
 DISPATCH_KEYS: tuple[str, ...] = ("CPU", "CUDA")
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -112,6 +121,15 @@ def _rms_norm(x: torch.Tensor, normalized_shape: Any, weight: torch.Tensor | Non
     return rms_norm(rows, w, eps).reshape(x.shape)
 
 
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Any = None, dropout_p: float = 0.0,
+          is_causal: bool = False, *, scale: Any = None, enable_gqa: bool = False) -> torch.Tensor | None:  # fmt: skip
+    if not _floats(q, k, v) or not (q.dtype == k.dtype == v.dtype):
+        return None
+    from .attention.sdpa import sdpa
+
+    return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
 _IMPLS: dict[str, Callable[..., torch.Tensor | None]] = {
     "mm": _mm,
     "addmm": _addmm,
@@ -119,6 +137,7 @@ _IMPLS: dict[str, Callable[..., torch.Tensor | None]] = {
     "_log_softmax": _log_softmax,
     "mean.dim": _mean_dim,
     "rms_norm": _rms_norm,
+    "scaled_dot_product_attention": _sdpa,
 }
 
 

@@ -128,12 +128,14 @@ ALLOWED = {
     "engine": {"reference_kernels", ""},
     "adapters": {"oracles", ""},
     "e2e": {"adapters", "oracles", "plugin", ""},  # talks to engines over HTTP only
+    # records / hardware / recordio / matrix are "plugin" here; the fixture imports localize lazily
+    "localize": {"oracles", "reference_kernels", "plugin", "engine", ""},  # engine: bundled.py only
 }
 
 
 def _part(module: str) -> str:
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("oracles", "reference_kernels", "engine", "adapters", "e2e", "suites"):
+    if len(parts) > 1 and parts[1] in ("oracles", "reference_kernels", "engine", "adapters", "e2e", "suites", "localize"):
         return parts[1]
     return "" if module == "pytest_invariance" else "plugin"
 
@@ -147,3 +149,15 @@ def test_each_part_imports_only_what_the_architecture_allows():
         if _part(b) != _part(a) and _part(b) not in ALLOWED[_part(a)]
     )
     assert bad == [], "layer violations: " + "; ".join(bad)
+
+
+def test_localize_never_imports_pytest_or_the_judge():
+    """``pytest_invariance.localize`` runs from the CLI and from user code: no pytest under it."""
+    bad = []
+    for name, path in modules().items():
+        if not name.startswith("pytest_invariance.localize"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            bad += [f"{name} -> {n}" for n in names if n.split(".")[0] == "pytest" or n.endswith((".judge", ".fixture", ".plugin"))]
+    assert bad == []
