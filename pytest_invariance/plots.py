@@ -273,3 +273,38 @@ def small_multiples(
     rows = -(-len(series) // per_row)
     width = min(len(series), per_row) * cell_w + 10
     return _svg(max(width, 340), _TOP + rows * cell_h + 10, body, title)
+
+
+def drift_chart(series: Sequence[tuple[str, list[tuple[str, float]], str | None]], title: str) -> str:
+    """Max ULP per layer after the culprit (log2 scale), one line per localization, the culprit's
+    layer marked: where a one-op difference grows as it flows through the model."""
+    left, plot_w, plot_h = 60, 720, 150
+    peak = max((math.log2(u + 1) for _, layers, _ in series for _, u in layers), default=1.0) or 1.0
+    body: list[str] = [f'<line x1="{left}" y1="{_TOP}" x2="{left}" y2="{_TOP + plot_h}" stroke="#333"/>']
+    for v in sorted({0, round(peak)}):
+        y = _TOP + plot_h - v / peak * plot_h
+        body.append(f'<text x="{left - 4}" y="{_f(y + 4)}" text-anchor="end">2^{v:g}</text>')
+    body.append(f'<text x="12" y="{_f(_TOP + plot_h / 2)}" transform="rotate(-90 12 {_f(_TOP + plot_h / 2)})" '
+                'text-anchor="middle">max ULP + 1</text>')  # fmt: skip
+    for i, (label, layers, culprit) in enumerate(series):
+        colour = PALETTE[i % len(PALETTE)]
+        n = max(len(layers) - 1, 1)
+        pts = [(left + k / n * plot_w, _TOP + plot_h - math.log2(u + 1) / peak * plot_h) for k, (_, u) in enumerate(layers)]
+        body.append(f'<polyline points="{" ".join(f"{_f(x)},{_f(y)}" for x, y in pts)}" fill="none" '
+                    f'stroke="{colour}" stroke-width="2"/>')  # fmt: skip
+        for (x, y), (name, ulp) in zip(pts, layers, strict=True):
+            mark = culprit is not None and culprit.startswith(name + ".")
+            body.append(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{5 if mark else 2.5}" fill="{RED if mark else colour}">'
+                        f"<title>{escape(label)}: {escape(name)} max ULP {ulp:g}"
+                        f"{' (culprit inside)' if mark else ''}</title></circle>")  # fmt: skip
+    y_axis = _TOP + plot_h
+    body.append(f'<line x1="{left}" y1="{y_axis}" x2="{left + plot_w}" y2="{y_axis}" stroke="#333"/>')
+    body.append(f'<text x="{left + plot_w / 2}" y="{y_axis + 16}" text-anchor="middle">layers in model order '
+                "(red: the layer holding the culprit)</text>")  # fmt: skip
+    legend_y = y_axis + 36
+    for i, (label, _, culprit) in enumerate(series):
+        y = legend_y + i * 16
+        body.append(f'<rect x="{left}" y="{y - 9}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>')
+        body.append(f'<text x="{left + 16}" y="{y}">{escape(_short(label, 80))}: culprit '
+                    f"{escape(culprit or 'none')}</text>")  # fmt: skip
+    return _svg(left + plot_w + 20, legend_y + len(series) * 16 + 8, body, title)

@@ -28,7 +28,7 @@ from .model import (
     hardware_name,
     impl_label,
 )
-from .series import class_series, divergence_series, first_divergence_counts, unique_series
+from .series import class_series, divergence_series, drift_series, first_divergence_counts, unique_series
 
 FIRED = "#bbdefb"  # a positive control that diverged: what the checks need
 _CSS = """
@@ -183,6 +183,10 @@ def _plots(recs: list[Record]) -> list[str]:
         out.append(plots.class_bands(classes, "Batch sizes grouped by bit-identical probe output"))
     else:
         out.append('<p class="empty">No record reports equivalence classes.</p>')
+    drift = drift_series(recs)
+    if drift:
+        out.append("<h3>Localization: drift after the culprit</h3>")
+        out.append(plots.drift_chart(drift, "Max ULP of the probe row per layer, at the largest batch"))
     uniq = unique_series(recs)
     if uniq:
         out.append("<h3>Engine: unique samples vs concurrency</h3>")

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..oracles.classes import ClassRanges, format_ranges
 from ..oracles.verdict import DIVERGENT
-from ..oracles.vocabulary import PERF
+from ..oracles.vocabulary import LOCALIZE, PERF
 from ..records import Record
 from .model import _num, hardware_name, impl_label
 
@@ -128,3 +128,22 @@ def unique_series(recs: list[Record]) -> list[tuple[str, list[tuple[float, float
             label = f"{impl_label(str(rec.get('implementation')), rec.get('mode'))} · {hardware_name(rec)} · "
             out.append((label + f"{rec.get('oracle')} · {_test_label(rec)}", pts))
     return sorted(out)
+
+
+def drift_series(recs: list[Record]) -> list[tuple[str, list[tuple[str, float]], str | None]]:
+    """Localization records: (label, [(layer, max ULP)] in model order, culprit module or None).
+
+    The drift after the culprit, layer by layer, is what ``evidence.drift`` holds (``localize``)."""
+    out = []
+    for rec in recs:
+        drift = rec["evidence"].get("drift")
+        if rec["oracle"] != LOCALIZE or not isinstance(drift, list):
+            continue
+        layers = [(str(d.get("layer")), _num(d.get("max_ulp")) or 0.0) for d in drift if isinstance(d, Mapping)]
+        layers = [(name, ulp) for name, ulp in layers if not name.startswith("<")]  # the whole-model row
+        culprit = rec["evidence"].get("culprit")
+        module = culprit.get("module") if isinstance(culprit, Mapping) else None
+        if layers:
+            out.append((f"{impl_label(str(rec['implementation']), rec['mode'])} · {hardware_name(rec)} · "
+                        f"{_test_label(rec)}", layers, module))  # fmt: skip
+    return sorted(out, key=lambda item: item[0])

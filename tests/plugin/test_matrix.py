@@ -344,3 +344,16 @@ def test_positive_controls_are_named_by_design_not_by_verdict() -> None:
     assert is_control("engine", "bundled+shared-rng", "invariant")  # a knob that breaks invariance
     assert not is_control("engine", "bundled+tp2", "invariant") and not is_control("engine", "bundled", "invariant")
     assert not is_control("engine", "vllm", "default")  # a real engine's default mode is a finding
+
+
+def test_localization_drift_is_plotted_with_its_culprit(tmp_path: Path) -> None:
+    drift = [{"layer": "<model>", "max_ulp": 9.0}, {"layer": "model.layers.0", "max_ulp": 3.0},
+             {"layer": "model.layers.1", "max_ulp": 300.0}]  # fmt: skip
+    loc = rec(family="engine", implementation="model:tiny", mode="default", oracle="localize", verdict="divergent",
+              evidence={"drift": drift, "culprit": {"module": "model.layers.0.mlp.down_proj"}, "trials": 1, "failures": 1})  # fmt: skip
+    from pytest_invariance.matrix.series import drift_series
+
+    ((label, layers, culprit),) = drift_series([loc])
+    assert layers == [("model.layers.0", 3.0), ("model.layers.1", 300.0)] and culprit == "model.layers.0.mlp.down_proj"
+    html = render_matrix([loc], tmp_path)["html"].read_text()
+    assert "Localization: drift after the culprit" in html and "model.layers.0 max ULP 3 (culprit inside)" in html
