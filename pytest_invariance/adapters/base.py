@@ -249,6 +249,13 @@ class Adapter(ABC):
         A sweep diffs two readings to show whether its requests were really co-batched."""
         return None
 
+    def speculative_stats(self) -> dict[str, int] | None:
+        """Cumulative ``draft_tokens`` / ``accepted_tokens`` of speculative decoding (None: not
+        reported). The bundled engine reports them in ``/server_info``; a speculative check diffs
+        two readings to prove drafts were accepted over exactly its batch."""
+        stats = (self.server_info() or {}).get("speculative_stats")
+        return stats if isinstance(stats, dict) else None
+
     # -- generation -----------------------------------------------------------------------------
     @abstractmethod
     def generate_one(self, prompt: Prompt, params: GenParams) -> Completion:

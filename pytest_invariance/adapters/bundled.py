@@ -49,6 +49,10 @@ class BundledAdapter(VLLMAdapter):
     def flush_cache(self) -> bool:
         return self.post_succeeds("/flush_cache?timeout=60")
 
+    def speculative_stats(self) -> dict[str, int] | None:  # its own /server_info, not vLLM's /metrics
+        stats = (self.server_info() or {}).get("speculative_stats")
+        return stats if isinstance(stats, dict) else None
+
     def step_batch_sizes(self) -> dict[int, int] | None:
         """``invariance_engine_steps_by_batch_size_total`` from ``/metrics`` (None when unreadable)."""
         try:

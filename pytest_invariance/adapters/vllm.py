@@ -111,6 +111,16 @@ class VLLMAdapter(OpenAIAdapter):
     engine = "vllm"
     extras = True
 
+    def speculative_stats(self) -> dict[str, int] | None:
+        """vLLM's speculative counters from ``/metrics`` (``vllm:spec_decode_num_draft_tokens`` and
+        ``..._accepted_tokens``, summed over label sets); None when it exports none (no drafts yet,
+        or speculation off)."""
+        try:
+            text = self.get("/metrics", timeout_s=10)
+        except AdapterError:
+            return None
+        return parse_spec_decode_metrics(text) if isinstance(text, str) else None
+
     def server_info(self) -> dict | None:
         raw = None
         for path in ("/server_info?config_format=json", "/server_info"):
@@ -138,3 +148,15 @@ class VLLMAdapter(OpenAIAdapter):
 
     def flush_cache(self) -> bool:
         return self.post_succeeds("/reset_prefix_cache")
+
+
+_SPEC_METRIC = re.compile(r"^vllm:spec_decode_num_(draft|accepted)_tokens(?:_total)?(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
+
+
+def parse_spec_decode_metrics(text: str) -> dict[str, int] | None:
+    """``{"draft_tokens": N, "accepted_tokens": M}`` from a Prometheus page (None: neither counter)."""
+    found: dict[str, int] = {}
+    for kind, value in _SPEC_METRIC.findall(text):
+        key = f"{kind}_tokens"
+        found[key] = found.get(key, 0) + int(float(value))
+    return found or None

@@ -38,10 +38,9 @@ SPEC_PROMPTS = (
 
 
 def spec_stats(t: Target) -> dict | None:
-    """The target's cumulative speculative counters from ``/server_info`` (None: not reported)."""
-    info = t.adapter.server_info() or {}
-    stats = info.get("speculative_stats")
-    return stats if isinstance(stats, dict) else None
+    """The target's cumulative speculative counters (the adapter knows where its engine reports
+    them: the bundled engine's ``/server_info``, vLLM's ``/metrics``); None: not reported."""
+    return t.adapter.speculative_stats()
 
 
 def _acceptance(before: dict | None, after: dict | None) -> dict | None:

@@ -57,3 +57,14 @@ def test_sglang_flat_info_gets_the_record_keys():
                      "max_running_requests": 48, "version": "0.5.23", "dtype": "bfloat16"})  # fmt: skip
     assert info["model"] == "/m/q" and info["enable_prefix_cache"] is False and info["cuda_graph"] is True
     assert info["max_num_seqs"] == 48 and info["version"] == "0.5.23" and info["engine"] == "sglang"
+
+
+def test_vllm_speculative_counters_are_read_from_metrics() -> None:
+    from pytest_invariance.adapters.vllm import parse_spec_decode_metrics
+
+    page = ('# TYPE vllm:spec_decode_num_draft_tokens counter\n'
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 40.0\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 17.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9.0\n')  # fmt: skip
+    assert parse_spec_decode_metrics(page) == {"draft_tokens": 40, "accepted_tokens": 17}
+    assert parse_spec_decode_metrics("vllm:num_requests_running 0\n") is None
