@@ -74,3 +74,26 @@ def test_a_checkout_without_an_install_imports_the_mapped_subpackages() -> None:
     res = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr[-1000:]
     assert str(ROOT / "oracles" / "vocabulary.py") in res.stdout
+
+
+def test_the_readme_example_runs_from_the_installed_wheel(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
+    """The README's fixture example, pasted into a new project that installed the wheel (not the
+    checkout): the plugin, the public imports and the reference kernels all come from site."""
+    import re
+
+    pytest.importorskip("torch")
+    site = tmp_path / "site"
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), wheel.filename],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    project = tmp_path / "project"
+    project.mkdir()
+    example = re.search(r"```python\n(# test_my_linear\.py.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    (project / "test_my_linear.py").write_text(
+        example + "\n\ndef test_imports_come_from_the_wheel():\n    import pytest_invariance\n"
+        f"    assert pytest_invariance.__file__.startswith({str(site)!r}), pytest_invariance.__file__\n"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(site)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--invariance-limit=17"],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
