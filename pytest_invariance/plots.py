@@ -90,6 +90,12 @@ def _x_axis_top(axis: LogAxis, y: float) -> list[str]:
     return out
 
 
+def _y_label(x: float, y_mid: float, text: str) -> str:
+    """A y-axis title written upwards, centred on ``y_mid``."""
+    return (f'<text x="{_f(x)}" y="{_f(y_mid)}" transform="rotate(-90 {_f(x)} {_f(y_mid)})" '
+            f'text-anchor="middle">{escape(text)}</text>')  # fmt: skip
+
+
 def _row_label(y: float, label: str) -> str:
     return (
         f'<text x="{_LABEL_W - 8}" y="{_f(y + 4)}" text-anchor="end"><title>{escape(label)}</title>'
@@ -191,48 +197,6 @@ def class_bands(series: Sequence[tuple[str, ClassRanges]], title: str) -> str:
     return _svg(_LABEL_W + _PLOT_W + 20, y_axis + _BOTTOM, body, title)
 
 
-def line_chart(
-    series: Sequence[tuple[str, list[tuple[float, float]]]], title: str, xlabel: str, ylabel: str
-) -> str:
-    """Lines over a log2 x axis (concurrency), linear y from 0; legend under the plot."""
-    xs = [x for _, pts in series for x, _ in pts]
-    ys = [y for _, pts in series for _, y in pts]
-    left, plot_h = 60, 160
-    axis = LogAxis(min(xs, default=1), max(xs, default=2), left, _PLOT_W)
-    y_hi = max(max(ys, default=1), 1)
-
-    def ypos(v: float) -> float:
-        return _TOP + plot_h - v / y_hi * plot_h
-
-    body = [f'<line x1="{left}" y1="{_TOP}" x2="{left}" y2="{_TOP + plot_h}" stroke="#333"/>']
-    for v in sorted({0, y_hi, round(y_hi / 2)}):
-        body.append(f'<text x="{left - 4}" y="{_f(ypos(v) + 4)}" text-anchor="end">{v:g}</text>')
-    body.append(
-        f'<text x="12" y="{_f(_TOP + plot_h / 2)}" transform="rotate(-90 12 {_f(_TOP + plot_h / 2)})" '
-        f'text-anchor="middle">{escape(ylabel)}</text>'
-    )
-    for i, (label, pts) in enumerate(series):
-        colour = PALETTE[i % len(PALETTE)]
-        pts = sorted(pts)
-        path = " ".join(f"{_f(axis(x))},{_f(ypos(y))}" for x, y in pts)
-        if len(pts) > 1:
-            body.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        for x, y in pts:
-            body.append(
-                f'<circle cx="{_f(axis(x))}" cy="{_f(ypos(y))}" r="3" fill="{colour}">'
-                f"<title>{escape(label)}: {xlabel} {x:g} → {y:g}</title></circle>"
-            )
-    body += _x_axis(axis, _TOP + plot_h, xlabel)
-    legend_y = _TOP + plot_h + 48
-    for i, (label, _) in enumerate(series):
-        y = legend_y + i * 16
-        body.append(
-            f'<rect x="{left}" y="{y - 9}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
-        )
-        body.append(f'<text x="{left + 16}" y="{y}">{escape(label)}</text>')
-    return _svg(left + _PLOT_W + 20, legend_y + len(series) * 16 + 8, body, title)
-
-
 def small_multiples(
     series: Sequence[tuple[str, list[tuple[float, float]]]], title: str, xlabel: str, ylabel: str, per_row: int = 3
 ) -> str:
@@ -255,10 +219,7 @@ def small_multiples(
         body.append(f'<line x1="{_f(ox + left)}" y1="{_f(top)}" x2="{_f(ox + left)}" y2="{_f(top + plot_h)}" stroke="#333"/>')
         for v in sorted({0, y_hi}):
             body.append(f'<text x="{_f(ox + left - 4)}" y="{_f(ypos(v) + 4)}" text-anchor="end">{v:g}</text>')
-        body.append(
-            f'<text x="{_f(ox + 12)}" y="{_f(top + plot_h / 2)}" transform="rotate(-90 {_f(ox + 12)} '
-            f'{_f(top + plot_h / 2)})" text-anchor="middle">{escape(ylabel)}</text>'
-        )
+        body.append(_y_label(ox + 12, top + plot_h / 2, ylabel))
         pts = sorted(pts)
         colour = RED if any(y > 1 for _, y in pts) else GREEN
         if len(pts) > 1:
@@ -284,8 +245,7 @@ def drift_chart(series: Sequence[tuple[str, list[tuple[str, float]], str | None]
     for v in sorted({0, round(peak)}):
         y = _TOP + plot_h - v / peak * plot_h
         body.append(f'<text x="{left - 4}" y="{_f(y + 4)}" text-anchor="end">2^{v:g}</text>')
-    body.append(f'<text x="12" y="{_f(_TOP + plot_h / 2)}" transform="rotate(-90 12 {_f(_TOP + plot_h / 2)})" '
-                'text-anchor="middle">max ULP + 1</text>')  # fmt: skip
+    body.append(_y_label(12, _TOP + plot_h / 2, "max ULP + 1"))
     for i, (label, layers, culprit) in enumerate(series):
         colour = PALETTE[i % len(PALETTE)]
         n = max(len(layers) - 1, 1)

@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..oracles.vocabulary import ENGINES
-from .base import DISPATCH, INDEPENDENT, LIST, Adapter, AdapterError, Completion, GenParams, Progress
+
+if TYPE_CHECKING:
+    from .base import Adapter
+
+_FROM_BASE = ("DISPATCH", "INDEPENDENT", "LIST", "Adapter", "AdapterError", "Completion", "GenParams", "Progress")
+
+
+def __getattr__(name: str):
+    """The client interface loads (with ``requests``) on first use, so the plugin can install the
+    light ``progress`` sink at start-up without paying for it."""
+    if name in _FROM_BASE:
+        from . import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_adapter(engine: str, base_url: str, **kw) -> Adapter:
