@@ -8,6 +8,10 @@ N, same lengths), controlled by the split-KV mutants. Writes JSONL perf records 
 ``cost`` to $OUT/bench_attention.jsonl and prints a short table last. CUDA only.
 
     python benchmarks/bench_attention.py [--quick]
+    python benchmarks/bench_attention.py --sweep   # candidate tiles: time, HBM fraction, bits vs prefill
+
+Decode records carry the KV bytes read per second against the device's copy bandwidth measured
+in the same run (``hbm_fraction``), the limit of a memory-bound kernel.
 """
 
 from __future__ import annotations
@@ -162,13 +166,130 @@ def run_case(family: str, cfg: str, b: int, n: int, writer: PerfWriter, check: b
     return out
 
 
+def copy_bandwidth() -> float:
+    """Bytes/s of a 4 GiB device copy (read + write), median of 10: the HBM figure decode is held to."""
+    import statistics
+
+    src = torch.ones(4 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(12):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * (4 << 30) / statistics.median(times[2:])
+
+
+def kv_bytes(heads, b: int, kv: int) -> int:
+    return 2 * b * kv * heads[1] * heads[2] * 2  # K and V, bf16
+
+
+# Candidate (block_m, warps, stages). BLOCK_N stays the reference's 64: it fixes a row's arithmetic.
+SWEEP_PREFILL = ((64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 2), (128, 8, 3), (128, 4, 2), (128, 8, 4))
+SWEEP_DECODE = ((64, 4, 2), (64, 4, 3), (64, 4, 4), (64, 8, 2), (64, 8, 3), (16, 4, 3), (16, 4, 4))
+
+
+def sweep(writer: PerfWriter) -> list[str]:
+    """Time candidate tiles and check each one's bits: prefill against the current prefill, decode
+    against the current prefill at the same positions (the decode == prefill contract)."""
+    from pytest_invariance.reference_kernels.attention import stock
+    from pytest_invariance.reference_kernels.attention import triton_attn as ta
+
+    heads = HEADS["llama3-8b"]
+    lines = []
+    bw = copy_bandwidth()
+    lines.append(f"device copy bandwidth {bw / 1e9:.0f} GB/s")
+    # Bits: 4 sequences of ragged lengths (tails in every split), every position a query.
+    g = torch.Generator(device="cuda").manual_seed(3)
+    lens = [1000, 257, 64, 513]
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    tot = int(cu[-1])
+    q, k, v = (_rand((tot, n, heads[2]), g) for n in (heads[0], heads[1], heads[1]))
+    base = ta.prefill_varlen_triton(q, k, v, cu, cu, tiles=ta.Tiles())
+    nblk = [-(-n // PAGE) for n in lens]
+    kc = torch.zeros((sum(nblk) + 1, PAGE, heads[1], heads[2]), dtype=torch.bfloat16, device="cuda")
+    vc = torch.zeros_like(kc)
+    bt = torch.zeros((len(lens), max(nblk)), dtype=torch.int32, device="cuda")
+    first = 0
+    for i, n in enumerate(lens):
+        bt[i, : nblk[i]] = torch.arange(first, first + nblk[i], device="cuda")
+        pos = torch.arange(n, device="cuda")
+        slot = bt[i].long()[pos // PAGE] * PAGE + pos % PAGE
+        kc.view(-1, heads[1], heads[2])[slot] = k[int(cu[i]) : int(cu[i + 1])]
+        vc.view(-1, heads[1], heads[2])[slot] = v[int(cu[i]) : int(cu[i + 1])]
+        first += nblk[i]
+    last = (cu[1:] - 1).long()
+    sl = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    pargs = prefill_inputs(heads, 8, 4096)
+    flops = _flops("prefill", heads, 8, 4096)
+    stock_ms = {}
+    for b_name in ("cudnn", "flash"):
+        if b_name in stock.SDPA_BACKENDS:
+            try:
+                fn = stock.sdpa_prefill(b_name)
+                fn(*pargs)
+                stock_ms[b_name] = bench_ms(fn, [pargs])
+            except Exception as exc:  # noqa: BLE001 - a backend this build lacks is a result
+                lines.append(f"prefill stock {b_name}: {type(exc).__name__}: {str(exc)[:120]}")
+    best = min(stock_ms.values()) if stock_ms else math.nan
+    for t in SWEEP_PREFILL:
+        tiles = ta.Tiles(*t)
+        try:
+            same = torch.equal(ta.prefill_varlen_triton(q, k, v, cu, cu, tiles=tiles).view(torch.int16), base.view(torch.int16))
+            fn = lambda *a, tiles=tiles: ta.prefill_varlen_triton(*a, tiles=tiles)  # noqa: E731
+            fn(*pargs)
+            ms = bench_ms(fn, [pargs])
+        except Exception as exc:  # noqa: BLE001
+            lines.append(f"prefill {t}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            continue
+        lines.append(f"prefill B8 S4096 tiles {t}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s, "
+                     f"x best stock {best / ms:.3f} ({stock_ms}); bits == current prefill: {same}")  # fmt: skip
+        writer.write(case=f"sweep-prefill[{t}]", family="attention-prefill", implementation="reference",
+                     quantization="bf16", dtype="bfloat16", shape={"B": 8, "S": 4096, "tiles": list(t)},
+                     verdict="measure", evidence={"bits_equal_current_prefill": same}, cost=cost(
+                         ms, best, "fastest SDPA (" + ",".join(stock_ms) + ")", tflops=round(flops / ms / 1e9, 1)))  # fmt: skip
+    for t in SWEEP_DECODE:
+        tiles = ta.Tiles(*t)
+        try:
+            got = ta.decode_paged_triton(q[last], kc, vc, bt, sl, tiles=tiles)
+            same = torch.equal(got.view(torch.int16), base[last].view(torch.int16))
+        except Exception as exc:  # noqa: BLE001
+            lines.append(f"decode {t}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            continue
+        for b, kv in ((64, 4096), (1, 32768), (1, 4096)):
+            dargs = decode_inputs(heads, b, kv)
+            fn = lambda *a, tiles=tiles: ta.decode_paged_triton(*a, tiles=tiles)  # noqa: E731
+            fn(*dargs)
+            ms = bench_ms(fn, [dargs])
+            frac = kv_bytes(heads, b, kv) / (ms * 1e-3) / bw
+            lines.append(f"decode B{b} KV{kv} tiles {t}: {ms * 1e3:.1f} us, {frac:.1%} of copy bandwidth; "
+                         f"bits == prefill: {same}")  # fmt: skip
+            writer.write(case=f"sweep-decode[B{b}-{kv}-{t}]", family="attention-decode", implementation="reference",
+                         quantization="bf16", dtype="bfloat16", shape={"B": b, "kv_len": kv, "tiles": list(t)},
+                         verdict="measure", evidence={"bits_equal_prefill": same},
+                         cost={"implementation_ms": ms, "hbm_fraction": round(frac, 4), "copy_gbps": round(bw / 1e9)})  # fmt: skip
+            del dargs
+        torch.cuda.empty_cache()
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only the two goal shapes")
     ap.add_argument("--no-check", action="store_true", help="skip the quick batch-size verdicts")
+    ap.add_argument("--sweep", action="store_true", help="only the candidate-tile sweep")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_attention needs CUDA")
+    if args.sweep:
+        lines = sweep(PerfWriter(os.environ.get("OUT", "out"), "bench_attention_sweep"))
+        print("\n".join(lines))
+        return
     writer = PerfWriter(os.environ.get("OUT", "out"), "bench_attention")
     dec = DECODE_CASES[:1] if args.quick else DECODE_CASES
     pre = PREFILL_CASES[:1] if args.quick else PREFILL_CASES

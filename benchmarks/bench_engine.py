@@ -81,10 +81,12 @@ def repetitive_prompts(batch: int, length: int, vocab: int) -> list[list[int]]:
 
 def run_batch(
     llm: LLM, prompts: list[list[int]], params: SamplingParams, device: str
-) -> tuple[float, list[float], list[int], int, list[list[int]]]:
-    """(seconds, decode-only step times, request 0's tokens, max batch seen, every request's tokens)."""
+) -> tuple[float, list[float], list[int], int, list[list[int]], int]:
+    """(seconds, decode-only step times, request 0's tokens, max batch seen, every request's tokens,
+    decode-only steps that replayed a graph)."""
     eng = llm.engine
     step_times: list[float] = []
+    graph_steps = [0]
     real_step = eng.step
 
     def timed_step():
@@ -95,6 +97,7 @@ def run_batch(
         s = eng.last_step_stats
         if s["num_prefill"] == 0 and s["batch_size"] > 0:
             step_times.append(time.perf_counter() - t)
+            graph_steps[0] += bool(s.get("graph"))
         return out
 
     eng.step = timed_step
@@ -112,6 +115,7 @@ def run_batch(
         comps[0].token_ids,
         max(c.max_batch_size for c in comps),
         [c.token_ids for c in comps],
+        graph_steps[0],
     )
 
 
@@ -128,6 +132,8 @@ def main() -> int:
                     help="time each batch this many times and keep the fastest (a loaded host)")  # fmt: skip
     ap.add_argument("--speculative", default=None, metavar="ngram:K",
                     help="also run each mode with speculative decoding, on repetitive prompts")  # fmt: skip
+    ap.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
+                    help="decode through CUDA graphs (auto: on CUDA); off measures the eager engine")  # fmt: skip
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")
@@ -177,6 +183,7 @@ def main() -> int:
             max_num_batched_tokens=budget,
             chunk_size=budget,
             speculative=spec,
+            cuda_graphs=args.cuda_graphs,
         )
         info = llm.info()
         say(f"[{mode}{'' if spec == 'off' else ' ' + spec}] built in {time.perf_counter() - t0:.1f}s; "
@@ -189,14 +196,16 @@ def main() -> int:
         ref_tokens = None
         for b in batches:
             prompts = make_prompts(b, prompt_len, mcfg.vocab_size)
+            # Untimed first: kernels compiled and this batch's graphs captured before the clock runs.
+            run_batch(llm, prompts, params, args.device)
             stats0, steps0 = llm.engine.spec_stats.as_dict(), llm.engine.total_steps
-            secs, steps, toks, seen, every = run_batch(llm, prompts, params, args.device)
+            secs, steps, toks, seen, every, graphed = run_batch(llm, prompts, params, args.device)
             stats1, n_steps = llm.engine.spec_stats.as_dict(), llm.engine.total_steps - steps0
             for _ in range(args.repeats - 1):
                 again = run_batch(llm, prompts, params, args.device)
                 if again[4] != every:
                     say(f"[{mode}] batch {b}: a repeat gave other tokens (run-to-run divergence)")
-                secs, steps = min((secs, steps), again[:2], key=lambda r: r[0])
+                secs, steps, graphed = min((secs, steps, graphed), (*again[:2], again[5]), key=lambda r: r[0])
             if b == 1 or ref_tokens is None:
                 ref_tokens = run_batch(llm, prompts[:1], params, args.device)[2] if b != 1 else toks
             fork = next((i for i, (x, y) in enumerate(zip(toks, ref_tokens, strict=True)) if x != y), None)
@@ -221,7 +230,8 @@ def main() -> int:
                     else ""
                 )
             )
-            rows.append((key[0], b, tps, step_ms, floor_ms, verdict, fork))
+            rows.append((key[0], b, tps, step_ms, floor_ms, verdict, fork, f"{graphed}/{len(steps)}"))
+            base_tps = results.get(("default", b)) if key[0] == "invariant" else None
             spec_ev = {} if spec == "off" else {
                 "speculative": spec, "draft_tokens": drafted, "accepted_tokens": accepted,
                 "acceptance_rate": accepted / drafted if drafted else 0.0,
@@ -259,6 +269,11 @@ def main() -> int:
                     "weight_bytes": wbytes,
                     "memory_bandwidth_GBps": bw / 1e9,
                     "floor_over_step": floor_ms / step_ms if steps else None,
+                    "step_over_floor": step_ms / floor_ms if steps else None,
+                    "cuda_graphs": args.cuda_graphs,
+                    "graph_decode_steps": graphed,
+                    "decode_steps": len(steps),
+                    "invariant_over_default": tps / base_tps if base_tps else None,
                     "method": "wall clock of LLM.generate, synchronized; decode-only steps timed individually"
                     + (f"; fastest of {args.repeats}" if args.repeats > 1 else "")
                     + ("" if spec == "off" else " (steps that verify drafts are not decode-only)"),
@@ -269,12 +284,12 @@ def main() -> int:
         if cuda:
             torch.cuda.empty_cache()
     say("")
-    say(f"{'mode':<10} {'batch':>5} {'tok/s':>10} {'step ms':>9} {'floor ms':>9} {'vs base':>8}  probe")
-    for mode, b, tps, step_ms, floor_ms, verdict, fork in rows:
+    say(f"{'mode':<10} {'batch':>5} {'tok/s':>10} {'step ms':>9} {'floor ms':>9} {'vs base':>8} {'graphs':>8}  probe")
+    for mode, b, tps, step_ms, floor_ms, verdict, fork, graphed in rows:
         plain = mode.split("+")[0] if "+" in mode else "default"
         ratio = tps / results[(plain, b)] if (plain, b) in results else float("nan")
         say(
-            f"{mode:<10} {b:>5} {tps:>10.1f} {step_ms:>9.2f} {floor_ms:>9.2f} {ratio:>8.2f}  {verdict}{'' if fork is None else f' @{fork}'}"
+            f"{mode:<10} {b:>5} {tps:>10.1f} {step_ms:>9.2f} {floor_ms:>9.2f} {ratio:>8.2f} {graphed:>8}  {verdict}{'' if fork is None else f' @{fork}'}"
         )
     log.close()
     return 0

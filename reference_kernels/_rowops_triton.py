@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import Launcher, aligned
+
 # Rows up to this width are loaded once and kept in registers; wider rows are
 # walked in chunks of CHUNK in increasing column order.
 SINGLE_PASS_MAX = 16384
@@ -118,41 +120,51 @@ def _warps(block: int) -> int:
     return 4 if block <= 1024 else 8 if block <= 4096 else 16
 
 
+def _pow2(n: int) -> int:
+    """``triton.next_power_of_2`` on the host (the triton helper is JIT-wrapped: microseconds a call)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+_launchers: dict = {}
+
+
+def _launch(kernel, x2: torch.Tensor, out: torch.Tensor, grid: tuple[int], args: tuple, consts: dict, warps: int) -> None:
+    """Through ``launch.Launcher`` on CUDA (keyed by what the JIT specializes on), the JIT under the interpreter."""
+    key = None
+    if x2.is_cuda:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        key = (x2.shape, x2.stride(), out.stride(), x2.device.index, *(t.dtype for t in tensors), *aligned(*tensors))
+    got = _launchers.get(kernel)
+    if got is None:
+        got = _launchers[kernel] = Launcher(kernel)
+    got.launch(key, grid, args, consts, {"num_warps": warps})
+
+
 def rmsnorm(x2: torch.Tensor, w: torch.Tensor, eps: float, out: torch.Tensor) -> torch.Tensor:
     """``out[m] = x2[m] * rsqrt(mean(x2[m]**2) + eps) * w`` for a row-contiguous 2-D ``x2``."""
     m, n = x2.shape
     k = kernels(not x2.is_cuda)
     single = n <= SINGLE_PASS_MAX
-    block = triton.next_power_of_2(n) if single else CHUNK
+    block = _pow2(n) if single else CHUNK
     if m:
-        k.rmsnorm[(m,)](
-            x2,
-            w,
-            out,
-            x2.stride(0),
-            out.stride(0),
-            n,
-            eps,
-            BLOCK=block,
-            SINGLE=single,
-            num_warps=_warps(block),
-        )
+        _launch(k.rmsnorm, x2, out, (m,), (x2, w, out, x2.stride(0), out.stride(0), n, float(eps)),
+                {"BLOCK": block, "SINGLE": single}, _warps(block))  # fmt: skip
     return out
 
 
 def log_softmax(x2: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     m, n = x2.shape
     k = kernels(not x2.is_cuda)
-    block = min(triton.next_power_of_2(n), CHUNK)
+    block = min(_pow2(n), CHUNK)
     if m:
-        k.log_softmax[(m,)](x2, out, x2.stride(0), out.stride(0), n, BLOCK=block, num_warps=_warps(block))
+        _launch(k.log_softmax, x2, out, (m,), (x2, out, x2.stride(0), out.stride(0), n), {"BLOCK": block}, _warps(block))
     return out
 
 
 def mean(x2: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     m, n = x2.shape
     k = kernels(not x2.is_cuda)
-    block = min(triton.next_power_of_2(n), CHUNK)
+    block = min(_pow2(n), CHUNK)
     if m:
-        k.mean[(m,)](x2, out, x2.stride(0), n, BLOCK=block, num_warps=_warps(block))
+        _launch(k.mean, x2, out, (m,), (x2, out, x2.stride(0), n), {"BLOCK": block}, _warps(block))
     return out

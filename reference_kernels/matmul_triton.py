@@ -54,6 +54,7 @@ import triton.language as tl
 
 from .device import cdiv, sm_count
 from .interpreter_dot import install as _install_interpreter_dot
+from .launch import Launcher, aligned
 
 _install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
 
@@ -335,41 +336,63 @@ def _interpreting(device: torch.device) -> bool:
     return device.type != "cuda"
 
 
-def _launch_tma(kernel, a2, b2, c2, bias2, bstrides, kmajor: bool, tiles: int, cfg: TileConfig,
-                alpha: float, beta: float, *, has_bias: bool, upcast: bool, **kwargs) -> None:  # fmt: skip
-    """Build the TMA descriptors (zero padding past the edges) and launch ``_mm_tma_kernel``."""
+def _descriptors(a2: torch.Tensor, b2: torch.Tensor, kmajor: bool, cfg: TileConfig):
+    """The TMA descriptors of A and B (zero padding past the edges)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    a_desc = TensorDescriptor.from_tensor(a2, [cfg.block_m, cfg.block_k])
+    a_desc = TensorDescriptor(a2, a2.shape, a2.stride(), [cfg.block_m, cfg.block_k])
     if kmajor:
-        b_desc = TensorDescriptor.from_tensor(b2.t(), [cfg.block_n, cfg.block_k])
-    else:
-        b_desc = TensorDescriptor.from_tensor(b2, [cfg.block_k, cfg.block_n])
-    # Persistent: one program per SM (two under the interpreter, so tests walk the loop).
-    progs = min(tiles, sm_count(a2.device) if a2.is_cuda else 2) if cfg.persistent else tiles
-    m, n = c2.shape
-    kernel[(progs,)](
-        a_desc,
-        b_desc,
-        c2,
-        bias2,
-        m,
-        n,
-        a2.shape[1],
-        *c2.stride(),
-        *bstrides[1:],
-        float(alpha),
-        float(beta),
-        HAS_BIAS=has_bias,
-        SCALE=(alpha != 1 or beta != 1),
-        B_KMAJOR=kmajor,
-        UPCAST=upcast,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m,
-        **kwargs,
-    )
+        bt = b2.t()
+        return a_desc, TensorDescriptor(bt, bt.shape, bt.stride(), [cfg.block_n, cfg.block_k])
+    return a_desc, TensorDescriptor(b2, b2.shape, b2.stride(), [cfg.block_k, cfg.block_n])
+
+
+_launchers: dict = {}
+
+
+def _launcher(kernel) -> Launcher:
+    got = _launchers.get(kernel)
+    if got is None:
+        got = _launchers[kernel] = Launcher(kernel)
+    return got
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one (shapes, strides, dtype, alignment) class of call launches: decided once."""
+
+    cfg: TileConfig
+    kmajor: bool | None  # TMA kernel (B_KMAJOR) or None for the pointer kernel
+    grid: tuple[int, ...]
+    constexprs: tuple[tuple[str, object], ...]
+    options: tuple[tuple[str, int], ...]
+
+
+_plans: dict = {}
+
+
+def _plan(a: torch.Tensor, b: torch.Tensor, has_bias: bool, scale: bool, config: TileConfig | None) -> _Plan:
+    zdim, m, k = a.shape
+    n = b.shape[2]
+    interpret = _interpreting(a.device)
+    cfg = config or pick_config(m, n, k, a.dtype, a.device, interpret)
+    kmajor = _tma_layout(a, b) if cfg.tma else None
+    tiles = cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
+    # The interpreter keeps bf16 as raw uint16 and its dot would multiply the bits:
+    # widen first (bf16 products are exact in fp32, as in the tensor core).
+    upcast = interpret and a.dtype == torch.bfloat16
+    blocks = {"UPCAST": upcast, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
+              "GROUP_M": cfg.group_m}  # fmt: skip
+    options = () if interpret else (("num_warps", cfg.num_warps), ("num_stages", cfg.num_stages))
+    if kmajor is not None:
+        # Persistent: one program per SM (two under the interpreter, so tests walk the loop).
+        progs = min(tiles, sm_count(a.device) if a.is_cuda else 2) if cfg.persistent else tiles
+        consts = {"HAS_BIAS": has_bias, "SCALE": scale, "B_KMAJOR": kmajor, **blocks}
+        return _Plan(cfg, kmajor, (progs,), tuple(consts.items()), options)
+    consts = {"HAS_BIAS": has_bias, "SCALE": scale,
+              # fp32 must be IEEE, never TF32; for 16-bit inputs the setting is ignored by tl.dot.
+              "INPUT_PRECISION": "ieee" if a.dtype == torch.float32 else "tf32", **blocks}  # fmt: skip
+    return _Plan(cfg, None, (tiles, zdim), tuple(consts.items()), options)
 
 
 def bmm_triton(
@@ -386,6 +409,10 @@ def bmm_triton(
     Any strides are accepted (``b`` may be a transposed weight view), so
     ``linear`` never copies the weight. ``config`` overrides the fixed tile
     config: for benchmarks comparing candidates only, never for results.
+
+    Host work per call is one plan lookup by (shapes, strides, dtype, alignment) and the
+    kernel's direct launch (``launch.Launcher``): the tile config, the grid and the JIT's
+    specialization are computed once per class of call, not per call.
     """
     if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise ValueError(f"expected a[Z, M, K] and b[Z, K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -393,9 +420,18 @@ def bmm_triton(
         raise TypeError(f"dtype mismatch: {a.dtype} vs {b.dtype}")
     zdim, m, k = a.shape
     n = b.shape[2]
-    cfg = config or pick_config(m, n, k, a.dtype, a.device, _interpreting(a.device))
-    kmajor = _tma_layout(a, b) if cfg.tma else None
-    kernel, interpret = _kernel_for(a.device, _mm_tma_kernel if kmajor is not None else None)
+    alpha, beta = float(alpha), float(beta)
+    interpret = _interpreting(a.device)
+    scale = alpha != 1 or beta != 1
+    key = None
+    if not interpret and config is None:
+        bkey = None if bias is None else (bias.shape, bias.stride(), bias.dtype)
+        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device.index, bkey, scale, *aligned(a, b, bias))
+    plan = _plans.get(key) if key is not None else None
+    if plan is None:
+        plan = _plan(a, b, bias is not None, scale, config)
+        if key is not None:
+            _plans[key] = plan
     # The interpreter's fp32->bf16 cast does not round to nearest even as the GPU
     # does: under it, bf16 results are stored as fp32 and rounded by torch.
     widen_out = interpret and a.dtype == torch.bfloat16
@@ -407,38 +443,13 @@ def bmm_triton(
         bstrides = bias_v.stride()
     else:
         bias_v, bstrides = c, (0, 0, 0)
-    tiles = cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
-    kwargs = {} if interpret else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
-    # The interpreter keeps bf16 as raw uint16 and its dot would multiply the bits:
-    # widen first (bf16 products are exact in fp32, as in the tensor core).
-    upcast = interpret and a.dtype == torch.bfloat16
-    if kmajor is not None:
-        _launch_tma(kernel, a[0], b[0], c[0], bias_v[0], bstrides, kmajor, tiles, cfg, alpha, beta,
-                    has_bias=bias is not None, upcast=upcast, **kwargs)  # fmt: skip
-        return c.to(a.dtype) if widen_out else c
-    kernel[(tiles, zdim)](
-        a,
-        b,
-        c,
-        bias_v,
-        m,
-        n,
-        k,
-        *a.stride(),
-        *b.stride(),
-        *c.stride(),
-        *bstrides,
-        float(alpha),
-        float(beta),
-        HAS_BIAS=bias is not None,
-        SCALE=(alpha != 1 or beta != 1),
-        # fp32 must be IEEE, never TF32; for 16-bit inputs the setting is ignored by tl.dot.
-        INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        UPCAST=upcast,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m,
-        **kwargs,
-    )
+    consts, options = dict(plan.constexprs), dict(plan.options)
+    if plan.kmajor is not None:
+        kernel, _ = _kernel_for(a.device, _mm_tma_kernel)
+        a_desc, b_desc = _descriptors(a[0], b[0], plan.kmajor, plan.cfg)
+        args = (a_desc, b_desc, c, bias_v, m, n, k, c.stride(1), c.stride(2), bstrides[1], bstrides[2], alpha, beta)
+    else:
+        kernel, _ = _kernel_for(a.device)
+        args = (a, b, c, bias_v, m, n, k, *a.stride(), *b.stride(), *c.stride(), *bstrides, alpha, beta)
+    _launcher(kernel).launch(key, plan.grid, args, consts, options)
     return c.to(a.dtype) if widen_out else c

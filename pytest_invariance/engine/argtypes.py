@@ -39,3 +39,16 @@ def positive_seconds(name: str) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def positive_int_list(name: str) -> Callable[[str], tuple[int, ...]]:
+    """Comma-separated integers >= 1 (``1,2,4,8``); a bad value names the option ``name``."""
+    one = positive_int(name)
+
+    def parse(text: str) -> tuple[int, ...]:
+        parts = [p.strip() for p in text.split(",")]
+        if not text.strip() or any(not p for p in parts):
+            raise argparse.ArgumentTypeError(f"{name} expects comma-separated positive integers, got {text!r}")
+        return tuple(one(p) for p in parts)
+
+    return parse

@@ -148,7 +148,13 @@ class EngineConfig:
     split_kv_size: int = 256  # tokens per split when split_kv="fixed" (invariant policy)
     split_kv_min_tokens: int = 16  # "auto": no split shorter than this (the demo's contexts reach 2 splits)
     prefix_attention: str = "cascade"  # control: "cascade" (LSE-merged prefix + chunk) or "one-pass" (SDPA)
-    cuda_graph_buckets: tuple[int, ...] = ()  # control (GPU): pad decode batches up to these sizes
+    # Decode steps through CUDA graphs (engine/decode_graphs.py): "auto" captures on CUDA at
+    # tensor_parallel 1 and runs eager elsewhere, "on" requires it (CPU: the same static-buffer
+    # replay without a capture, for tests), "off" is eager (vLLM's --enforce-eager).
+    cuda_graphs: str = "auto"
+    # Batch sizes a decode step is padded up to (the capture ladder). Empty: vLLM's default ladder
+    # (1, 2, 4, 8, 16, 24, ...) when graphs are on, no padding when off (then a control knob).
+    cuda_graph_buckets: tuple[int, ...] = ()
     shared_rng: bool = False  # control: one engine-wide torch generator for sampling
     num_threads: int = 0  # torch intra-op threads on CPU; 0 leaves torch's default
     tensor_parallel: int = 1  # ranks of the forward (CPU gloo; engine.tensor_parallel)
@@ -171,6 +177,12 @@ class EngineConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs (one decode token each)")
         self.cuda_graph_buckets = tuple(sorted(int(b) for b in self.cuda_graph_buckets))
+        if self.cuda_graphs not in CUDA_GRAPHS:
+            raise ValueError(f"cuda_graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}")
+        if self.cuda_graphs == "on" and self.tensor_parallel > 1:
+            raise ValueError("cuda_graphs 'on' needs tensor_parallel 1 (the ranks' forward runs on CPU gloo)")
+        if any(b < 1 for b in self.cuda_graph_buckets):
+            raise ValueError("cuda_graph_buckets must be >= 1")
         if self.tensor_parallel < 1 or self.tensor_parallel_timeout_s <= 0:
             raise ValueError("tensor_parallel must be >= 1 and tensor_parallel_timeout_s > 0")
         parse_speculative(self.speculative)  # ValueError naming a bad value
@@ -180,8 +192,27 @@ class EngineConfig:
         return parse_speculative(self.speculative)
 
     @property
+    def graph_ladder(self) -> tuple[int, ...]:
+        """The decode batch sizes padded to: the explicit buckets, else vLLM's default ladder up to
+        ``max_num_seqs`` when graphs may be on, else none (no padding)."""
+        if self.cuda_graph_buckets or self.cuda_graphs == "off":
+            return self.cuda_graph_buckets
+        if self.cuda_graphs == "auto" and (not self.device.startswith("cuda") or self.tensor_parallel > 1):
+            return ()
+        return default_ladder(self.max_num_seqs)
+
+    @property
     def mode(self) -> str:
         return "invariant" if self.batch_invariant else "default"
+
+
+CUDA_GRAPHS = ("auto", "on", "off")
+
+
+def default_ladder(max_num_seqs: int) -> tuple[int, ...]:
+    """vLLM's default capture sizes (1, 2, 4, then every 8), up to the first that holds ``max_num_seqs``."""
+    sizes = [1, 2, 4, *range(8, max_num_seqs + 8, 8)]
+    return tuple(s for s in sizes if s < max_num_seqs) + (next(s for s in sizes if s >= max_num_seqs),)
 
 
 def demo_model() -> ModelConfig:

@@ -48,6 +48,23 @@ def _kv_budget_bytes(device: torch.device) -> int:
     return 1 << 28
 
 
+def _row_logprobs(
+    logprobs: torch.Tensor | None, params: list[SamplingParams], tokens: list[int]
+) -> list[tuple[float, list[tuple[int, float]]]]:
+    """Each row's chosen-token logprob and top alternatives (nan, [] where not asked), read from the
+    device in one gather and one sort for the whole step rather than per row."""
+    out: list[tuple[float, list[tuple[int, float]]]] = [(float("nan"), [])] * len(params)
+    want = [r for r, p in enumerate(params) if p.logprobs is not None]
+    if logprobs is None or not want:
+        return out
+    rows = torch.tensor(want, device=logprobs.device)
+    picked = logprobs[rows, torch.tensor([tokens[r] for r in want], device=logprobs.device)].tolist()
+    tops = top_logprobs(logprobs[rows], max(params[r].logprobs or 0 for r in want))
+    for j, r in enumerate(want):
+        out[r] = (picked[j], tops[j][: params[r].logprobs])
+    return out
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig):
         self.config = cfg = config
@@ -181,6 +198,7 @@ class LLMEngine:
             return outputs
         res = self.runner.run(items)
         self.last_step_stats["num_tokens_padded"] = res.num_tokens
+        self.last_step_stats["graph"] = res.graph
         self.total_steps += 1
         for i, it in enumerate(items):
             if it.draft:
@@ -198,17 +216,13 @@ class LLMEngine:
         tokens = self.sampler(res.sample_logits, params, [s.seed for s in seqs], [s.num_tokens for s in seqs])
         want_lp = any(p.logprobs is not None for p in params)
         logprobs = self.kernels.log_softmax(res.sample_logits) if want_lp else None
-        for r, (seq, tok) in enumerate(zip(seqs, tokens, strict=True)):
-            outputs.append(self._emit(seq, tok, logprobs, r))
+        for seq, tok, (lp, top) in zip(seqs, tokens, _row_logprobs(logprobs, params, tokens), strict=True):
+            outputs.append(self._emit(seq, tok, lp, top))
         return outputs
 
-    def _emit(self, seq: Sequence, tok: int, logprobs: torch.Tensor | None, r: int) -> StepOutput:
-        """Append one sampled token (its logprobs from row `r`) and finish the sequence if it ends."""
+    def _emit(self, seq: Sequence, tok: int, lp: float, top: list[tuple[int, float]]) -> StepOutput:
+        """Append one sampled token (with its logprob and top alternatives) and finish the sequence if it ends."""
         seq.token_ids.append(tok)
-        lp, top = float("nan"), []
-        if logprobs is not None and seq.params.logprobs is not None:
-            lp = float(logprobs[r, tok])
-            top = top_logprobs(logprobs[r : r + 1], seq.params.logprobs)[0]
         reason = self._finish_reason(seq, tok)
         out = StepOutput(seq.request_id, tok, lp, top, reason is not None, reason,
                          cached_tokens=seq.num_cached_prefix)  # fmt: skip
@@ -237,8 +251,8 @@ class LLMEngine:
         seq.num_computed = it.start + len(new)  # the last token and the accepted drafts have valid KV
         logprobs = self.kernels.log_softmax(logits) if seq.params.logprobs is not None else None
         outs = []
-        for r, tok in enumerate(new):
-            outs.append(self._emit(seq, tok, logprobs, r))
+        for tok, (lp, top) in zip(new, _row_logprobs(logprobs, [seq.params] * len(new), new), strict=True):
+            outs.append(self._emit(seq, tok, lp, top))
             if outs[-1].finished:
                 return outs
         self.blocks.truncate(seq, seq.num_computed)
@@ -266,6 +280,14 @@ class LLMEngine:
         return None
 
     # --- reporting -----------------------------------------------------------------------------
+
+    def _graphs_info(self) -> dict:
+        """How decode steps run: captured graphs, static-buffer replay (CPU), or eager."""
+        graphs = self.runner.graphs
+        if graphs is None:
+            return {"mode": self.config.cuda_graphs, "decode": "eager"}
+        how = "cuda graphs" if graphs.capture else "static buffers, no capture (CPU)"
+        return {"mode": self.config.cuda_graphs, "decode": how, **graphs.info()}
 
     def info(self) -> dict:
         """Everything that decides a request's numerics: model, mode, dtype, device, kernels, knobs."""
@@ -306,7 +328,8 @@ class LLMEngine:
             "prefix_attention": cfg.prefix_attention,
             "batch_mechanisms": self.kernels.batch_mechanisms,
             "split_kv_units": self.kernels.units,
-            "cuda_graph_buckets": list(cfg.cuda_graph_buckets),
+            "cuda_graph_buckets": list(cfg.graph_ladder),
+            "cuda_graphs": self._graphs_info(),
             "shared_rng": cfg.shared_rng,
             "tp_size": cfg.tensor_parallel,  # SGLang's name for it
             "collective": self.kernels.implementations.get("allreduce"),  # None at tensor_parallel 1

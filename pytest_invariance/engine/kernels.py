@@ -48,6 +48,8 @@ class AttnBatch:
     decode_idx: list[int] = field(default_factory=list)  # sequences with q_len == 1 and a prefix
     block_table_tensor: torch.Tensor | None = None  # [len(decode_idx), max_blocks], padded with 0
     decode_ctx: torch.Tensor | None = None  # [len(decode_idx)]
+    all_decode: bool = False  # every row is one decode query, in sequence order (a decode-only step)
+    decode_splits: int | None = None  # default-mode split count fixed by the caller (a captured graph)
 
 
 def parallel_units(device: torch.device) -> int:
@@ -175,7 +177,8 @@ class Kernels:
         self.implementations: dict[str, str] = {}
         from ..reference_kernels.attention import write_kv  # an exact copy: no reduction to choose
 
-        self.write_kv = write_kv
+        # The engine's slots are never negative (padding writes to a spare block): no host check.
+        self.write_kv = partial(write_kv, negatives=False)
         self._ref_attn = None
         if self.invariant:
             self._resolve_reference()
@@ -271,6 +274,9 @@ class Kernels:
         """Attention of every new token (q [T, H, d]) over its sequence's cached context."""
         if self._ref_attn is not None:
             return self._attention_reference(q, k_cache, v_cache, m, scale)
+        if m.all_decode:  # no row gather: the same kernel on the same rows (and capturable)
+            return self._decode(q, k_cache, v_cache, m.block_table_tensor, m.decode_ctx, scale=scale,
+                                splits=self._splits(m))  # fmt: skip
         out = torch.zeros_like(q)  # padding rows (CUDA-graph buckets) stay zero
         decode = set(m.decode_idx) if not self.invariant else set()
         for i in range(len(m.q_lens)):
@@ -282,13 +288,33 @@ class Kernels:
             )
         if decode:
             rows = torch.tensor([m.q_starts[i] for i in m.decode_idx], device=q.device)
-            max_ctx = max(m.ctx_lens[i] for i in m.decode_idx)
-            splits = {"auto": None, "fixed": max(1, math.ceil(max_ctx / self.cfg.split_kv_size)), "none": 1}
             out[rows] = self._decode(
-                q[rows], k_cache, v_cache, m.block_table_tensor, m.decode_ctx, scale=scale,
-                splits=splits[self.cfg.split_kv],
-            )  # fmt: skip
+                q[rows], k_cache, v_cache, m.block_table_tensor, m.decode_ctx, scale=scale, splits=self._splits(m)
+            )
         return out
+
+    def _splits(self, m: AttnBatch) -> int | None:
+        """Default-mode split count: the caller's (a captured graph), else by policy (None: the heuristic)."""
+        if m.decode_splits is not None:
+            return m.decode_splits
+        if self.cfg.split_kv == "fixed":
+            return max(1, math.ceil(max(m.ctx_lens[i] for i in m.decode_idx) / self.cfg.split_kv_size))
+        return 1 if self.cfg.split_kv == "none" else None
+
+    def graph_splits(self, batch: int, capacity: int) -> int | None:
+        """The split count a captured decode graph of ``batch`` rows over a block table of ``capacity``
+        tokens fixes for default mode (the heuristic cannot read lengths inside a graph); None in
+        invariant mode (the reference splits are anchored at position 0 whatever the batch)."""
+        if self.invariant:
+            return None
+        if self.cfg.split_kv == "fixed":
+            return max(1, math.ceil(capacity / self.cfg.split_kv_size))
+        if self.cfg.split_kv == "none":
+            return 1
+        from ..reference_kernels.mutants.splitkv_decode import num_splits
+
+        return num_splits(batch, self.kv_heads, capacity, self.units, max_splits=16,
+                          min_keys=self.cfg.split_kv_min_tokens)  # fmt: skip
 
     def _attention_reference(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, m: AttnBatch, scale: float
@@ -297,6 +323,9 @@ class Kernels:
         prefill_paged, decode_paged = self._ref_attn
         out = torch.zeros_like(q)
         dev = q.device
+        if m.all_decode:
+            return decode_paged(q, k_cache, v_cache, m.block_table_tensor.to(torch.int32),
+                                m.decode_ctx.to(torch.int32), scale=scale)  # fmt: skip
         dec = m.decode_idx
         pre = [i for i in range(len(m.q_lens)) if i not in set(dec)]
         if dec:

@@ -100,11 +100,14 @@ class Model:
         positions: torch.Tensor,
         meta: AttnBatch,
         kv: list[tuple[torch.Tensor, torch.Tensor]],
+        max_id: int | None = None,
     ) -> torch.Tensor:
-        """Hidden states after the final norm for every token of the step: [T, hidden]."""
+        """Hidden states after the final norm for every token of the step: [T, hidden].
+
+        ``max_id``: the largest id in ``ids`` when the caller knows it (it spares a device sync)."""
         cfg = self.cfg
         q_dim, kv_dim = self.heads * cfg.head_dim, self.kv_heads * cfg.head_dim
-        x = self._embed(ids)
+        x = self._embed(ids, max_id)
         for lay, (k_cache, v_cache) in zip(self.layers, kv, strict=True):
             h = kern.rms_norm(x, lay["in_norm"], cfg.rms_eps)
             qkv = kern.linear(h, lay["qkv"], lay["qkv_bias"])
@@ -125,10 +128,17 @@ class Model:
                 x = x + self.reduce(kern.linear(F.silu(gu[:, :inter]) * gu[:, inter:], lay["down"]))
         return kern.rms_norm(x, self.norm, cfg.rms_eps)
 
-    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+    @property
+    def embed_rows(self) -> int:
+        """Ids below this have a materialized embedding row (the rest are reserved, generated on lookup)."""
+        return self.embed.shape[0]
+
+    def _embed(self, ids: torch.Tensor, max_id: int | None = None) -> torch.Tensor:
         """Embedding rows; a reserved id (past the materialized rows) gets its synthetic row."""
         n = self.embed.shape[0]
-        if n >= self.cfg.vocab_size or ids.numel() == 0 or int(ids.max()) < n:
+        if n >= self.cfg.vocab_size or ids.numel() == 0:
+            return self.embed[ids]
+        if (max_id if max_id is not None else int(ids.max())) < n:
             return self.embed[ids]
         x = self.embed[ids.clamp(max=n - 1)]
         reserved = ids >= n

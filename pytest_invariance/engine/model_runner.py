@@ -1,8 +1,10 @@
 """Turns one scheduled step into flat tensors, runs the model once, returns logits per request.
 
 All of a step's tokens (prefill chunks and decodes) go through the model in one forward, so the
-GEMMs see the step's whole token count. With `cuda_graph_buckets` set, the token batch of an
-all-decode step is padded up to the next bucket, as CUDA-graph replay does (a control knob).
+GEMMs see the step's whole token count. A decode-only step replays a CUDA graph where graphs are
+on (`decode_graphs`: padded to the capture ladder's bucket). With graphs off and
+`cuda_graph_buckets` set, the token batch of an all-decode step is padded up to the next bucket
+eagerly, as CUDA-graph replay would (a control knob).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import EngineConfig
+from .decode_graphs import DecodeGraphs
 from .kernels import AttnBatch, Kernels
 from .model import Model
 from .scheduler import Scheduled
@@ -28,9 +31,29 @@ class StepLogits:
     prompt_logits: dict[int, torch.Tensor]  # item index -> [rows, V] fp32 for positions start..
     num_tokens: int  # tokens through the model (padding included)
     verify_logits: dict[int, torch.Tensor] = field(default_factory=dict)  # item -> [drafts + 1, V]
+    graph: bool = False  # replayed from a captured (or, on CPU, static-buffer) decode graph
+
+
+def graphs_wanted(cfg: EngineConfig) -> bool:
+    """Whether decode steps go through `DecodeGraphs`: "on" always (CPU: without a capture), "auto"
+    on CUDA at tensor_parallel 1."""
+    if cfg.tensor_parallel > 1 or cfg.cuda_graphs == "off":
+        return False
+    return cfg.cuda_graphs == "on" or cfg.device.startswith("cuda")
+
+
+def _plain_decode(it: Scheduled) -> bool:
+    """One sampled token from a context, no drafts, no prompt-logprob rows: what a graph replays."""
+    seq = it.seq
+    prompt_rows = (
+        seq.prompt_logprobs is not None and not seq.prompt_logprobs_sent and it.start < seq.num_prompt - 1
+    )
+    return it.n == 1 and it.start > 0 and not it.draft and it.sample and not prompt_rows
 
 
 class ModelRunner:
+    graphs: DecodeGraphs | None = None
+
     def __init__(self, cfg: EngineConfig, model: Model, kernels: Kernels, num_blocks: int):
         self.cfg = cfg
         self.model = model
@@ -47,14 +70,34 @@ class ModelRunner:
             for _ in range(m.layers)
         ]
         self.scratch_slot = num_blocks * cfg.block_size
+        if graphs_wanted(cfg) and cfg.graph_ladder:
+            self.graphs = DecodeGraphs(model, kernels, self.kv, cfg.graph_ladder, cfg.block_size, num_blocks,
+                                       capture=model.device.type == "cuda")  # fmt: skip
 
     def logits(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnBatch, rows: torch.Tensor) -> torch.Tensor:
         """One forward over the step's tokens, fp32 logits of ``rows`` (tensor_parallel overrides it)."""
         hidden = self.model.forward(self.kern, ids, pos, meta, self.kv)
         return self.model.logits(self.kern, hidden[rows])
 
+    def _replay(self, items: list[Scheduled]) -> StepLogits | None:
+        """A decode-only step through the graphs (None: it runs eager)."""
+        bs = self.cfg.block_size
+        ids, pos, slots, tables, ctx = [], [], [], [], []
+        for it in items:
+            seq, p = it.seq, it.start
+            ids.append(seq.token_ids[p])
+            pos.append(p)
+            slots.append(seq.block_table[p // bs] * bs + p % bs)
+            tables.append(seq.block_table)
+            ctx.append(p + 1)
+        logits = self.graphs.run(ids, pos, slots, tables, ctx)
+        if logits is None:
+            return None
+        return StepLogits(sample_logits=logits, sample_items=list(range(len(items))), prompt_logits={},
+                          num_tokens=self.graphs.bucket(len(items)) or len(items), graph=True)  # fmt: skip
+
     def _pad_to(self, items: list[Scheduled], t: int) -> int:
-        if not self.cfg.cuda_graph_buckets or not all(it.is_decode for it in items):
+        if self.graphs is not None or not self.cfg.cuda_graph_buckets or not all(it.is_decode for it in items):
             return t
         for b in self.cfg.cuda_graph_buckets:
             if b >= t:
@@ -63,6 +106,10 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, items: list[Scheduled]) -> StepLogits:
+        if self.graphs is not None and all(_plain_decode(it) for it in items):
+            replayed = self._replay(items)
+            if replayed is not None:
+                return replayed
         bs = self.cfg.block_size
         dev = self.model.device
         ids: list[int] = []

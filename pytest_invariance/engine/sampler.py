@@ -106,6 +106,5 @@ def top_logprobs(logprobs: torch.Tensor, n: int) -> list[list[tuple[int, float]]
     if n <= 0:
         return [[] for _ in range(logprobs.shape[0])]
     vals, idx = torch.sort(logprobs, dim=-1, descending=True, stable=True)
-    return [
-        list(zip(idx[r, :n].tolist(), vals[r, :n].tolist(), strict=True)) for r in range(logprobs.shape[0])
-    ]
+    ids, lps = idx[:, :n].tolist(), vals[:, :n].tolist()  # one transfer each for all rows
+    return [list(zip(i, v, strict=True)) for i, v in zip(ids, lps, strict=True)]

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from .argtypes import positive_int as _positive
+from .argtypes import positive_int_list as _positive_list
 from .argtypes import positive_seconds as _seconds
 from .server_limits import DEFAULT_MAX_N, DEFAULT_MAX_QUEUE, ServerLimits, uvicorn_config
 
@@ -83,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-queue", type=int, default=DEFAULT_MAX_QUEUE, help="admitted requests beyond max-num-seqs"
     )
+    p.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
+                   help="decode steps replayed from CUDA graphs padded to a capture ladder: auto (on CUDA at "
+                   "--tensor-parallel 1), on, or off (eager, as vLLM's --enforce-eager)")  # fmt: skip
+    p.add_argument("--cuda-graph-buckets", type=_positive_list("--cuda-graph-buckets"), default=(),
+                   metavar="1,2,4,...", help="decode batch sizes padded to (the capture ladder; default "
+                   "1,2,4,8,16,24,... up to --max-num-seqs while graphs are on; with graphs off, padding "
+                   "only: a positive control)")  # fmt: skip
     p.add_argument("--tensor-parallel", type=_positive("--tensor-parallel"), default=1, metavar="N",
                    help="run the forward on N gloo ranks on 127.0.0.1 (CPU; column/row/vocab-parallel)")  # fmt: skip
     p.add_argument("--max-n", type=_positive("--max-n"), default=DEFAULT_MAX_N)
@@ -148,6 +156,8 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         "prefix_attention": args.prefix_attention,
         "tensor_parallel": args.tensor_parallel,
         "speculative": args.speculative,
+        "cuda_graphs": args.cuda_graphs,
+        "cuda_graph_buckets": args.cuda_graph_buckets,
     }
     defaults = EngineConfig()
     kwargs["max_num_batched_tokens"] = max(defaults.max_num_batched_tokens, args.max_num_seqs)

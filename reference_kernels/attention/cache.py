@@ -12,21 +12,30 @@ import torch
 
 
 def write_kv(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    *,
+    negatives: bool = True,
 ) -> None:
     """Store ``k``/``v`` ``[T, Hkv, D]`` into the caches at flat slots ``slot_mapping[T]`` (in place).
 
     A copy, so exact: attention that reads the cache later sees the same bits.
-    Negative slots (padding) are skipped, as vLLM does.
+    Negative slots (padding) are skipped, as vLLM does. A caller whose slots are never negative
+    passes ``negatives=False``: the check reads the slots on the host (a device sync, which a
+    CUDA-graph capture cannot contain).
     """
     if k.shape != v.shape or k.dim() != 3:
         raise ValueError(f"expected k, v [T, Hkv, D] of equal shape, got {tuple(k.shape)}, {tuple(v.shape)}")
     if k_cache.shape[2:] != k.shape[1:]:
         raise ValueError(f"cache heads/dim {tuple(k_cache.shape[2:])} != k heads/dim {tuple(k.shape[1:])}")
     slots = slot_mapping.to(device=k.device, dtype=torch.long)
-    keep = slots >= 0
-    if not bool(keep.all()):
-        slots, k, v = slots[keep], k[keep], v[keep]
+    if negatives:
+        keep = slots >= 0
+        if not bool(keep.all()):
+            slots, k, v = slots[keep], k[keep], v[keep]
     flat_k = k_cache.view(-1, *k_cache.shape[2:])
     flat_v = v_cache.view(-1, *v_cache.shape[2:])
     flat_k.index_copy_(0, slots, k.to(k_cache.dtype))

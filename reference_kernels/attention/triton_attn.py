@@ -27,12 +27,14 @@ One kernel body serves prefill and decode so that both do the same arithmetic:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from ..interpreter_dot import install as _install_interpreter_dot
+from ..launch import Launcher, aligned
 
 _install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
 
@@ -41,6 +43,22 @@ BLOCK_N = 64
 NUM_WARPS = 4
 NUM_STAGES = 2
 LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """Query tile rows, warps and pipeline stages of one launch. ``BLOCK_N`` (the online-softmax step)
+    is not here: it fixes a row's arithmetic and is shared by prefill and decode. These only decide
+    which rows share a program and how loads overlap (``bench_attention.py --sweep`` checks each
+    candidate's bits against the current prefill)."""
+
+    block_m: int = BLOCK_M
+    num_warps: int = NUM_WARPS
+    num_stages: int = NUM_STAGES
+
+
+PREFILL_TILES = Tiles()
+DECODE_TILES = Tiles()
 
 
 @triton.jit
@@ -276,13 +294,13 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _common(q: torch.Tensor, hkv: int, scale: float | None) -> tuple[int, int, float, int]:
+def _common(q: torch.Tensor, hkv: int, scale: float | None, block_m: int = BLOCK_M) -> tuple[int, int, float, int]:
     _, hq, d = q.shape
     if hq % hkv:
         raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv}")
     g = hq // hkv
-    if BLOCK_M % g:
-        raise ValueError(f"GQA group {g} must divide BLOCK_M={BLOCK_M}")
+    if block_m % g:
+        raise ValueError(f"GQA group {g} must divide BLOCK_M={block_m}")
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     return g, d, sc * LOG2E, max(16, _next_pow2(d))
 
@@ -298,14 +316,16 @@ def _tiles(len_q: torch.Tensor, tok_per_tile: int) -> tuple[torch.Tensor, torch.
     return seq[order].to(torch.int32).contiguous(), tok0[order].to(torch.int32).contiguous()
 
 
-def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, paged, page, scale, split):
-    g, d, qk_scale, block_d = _common(q, k.shape[-2], scale)
+def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, paged, page, scale, split,
+                    tiles: Tiles | None = None):  # fmt: skip
+    t = tiles or PREFILL_TILES
+    g, d, qk_scale, block_d = _common(q, k.shape[-2], scale, t.block_m)
     blk_n = _block_n(split)
     q = q.contiguous()
     out = torch.empty_like(q)
     if q.shape[0] == 0:
         return out
-    tile_seq, tile_tok0 = _tiles(len_q.long(), BLOCK_M // g)
+    tile_seq, tile_tok0 = _tiles(len_q.long(), t.block_m // g)
     hkv = k.shape[-2]
     dummy = torch.empty(1, device=q.device, dtype=torch.float32)
     grid = (tile_seq.numel(), hkv)
@@ -313,9 +333,9 @@ def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, pa
         q, k, v, bt, out, dummy, dummy, dummy, tile_seq, tile_tok0,
         q_start, len_q, kv_start, kv_len, qk_scale,
         q.stride(0), q.stride(1), k.stride(-3), k.stride(-2), bt.stride(0), 0, q.shape[1], d, split,
-        G=g, BLOCK_M=BLOCK_M, BLOCK_N=blk_n, BLOCK_D=block_d, CAUSAL=causal,
+        G=g, BLOCK_M=t.block_m, BLOCK_N=blk_n, BLOCK_D=block_d, CAUSAL=causal,
         PAGED=paged, PAGE=page, DECODE=False, IEEE=q.dtype == torch.float32,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     return out
 
@@ -324,8 +344,9 @@ def _i32(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return t.to(device=dev, dtype=torch.int32).contiguous()
 
 
-def prefill_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, scale=None, split_size=256):
-    """Varlen prefill over contiguous K/V (see ``prefill_varlen``)."""
+def prefill_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, scale=None, split_size=256,
+                          tiles: Tiles | None = None):  # fmt: skip
+    """Varlen prefill over contiguous K/V (see ``prefill_varlen``); ``tiles``: benchmarks only."""
     dev = q.device
     cu_q, cu_k = cu_seqlens_q.to(dev).long(), cu_seqlens_k.to(dev).long()
     len_q, len_k = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
@@ -333,6 +354,7 @@ def prefill_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, s
     return _launch_prefill(
         q, k.contiguous(), v.contiguous(), bt, _i32(cu_q[:-1], dev), _i32(len_q, dev),
         _i32(cu_k[:-1], dev), _i32(len_k, dev), causal=causal, paged=False, page=1, scale=scale, split=split_size,
+        tiles=tiles,
     )  # fmt: skip
 
 
@@ -351,9 +373,40 @@ def prefill_paged_triton(
     )  # fmt: skip
 
 
-def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, split_size=256):
-    """Split-KV decode: one program per (sequence, KV head, split), then a fixed-order merge."""
-    g, d, qk_scale, block_d = _common(q, k_cache.shape[2], scale)
+_index_cache: dict = {}
+
+
+def _decode_index(b: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ones, arange, zeros) int32 of length b: one query per sequence, at its own row.
+
+    Cached per (b, device) outside CUDA-graph capture; inside a capture they are made fresh (a
+    tensor filled by a captured kernel holds nothing until the graph replays)."""
+    key = (b, dev)
+    got = _index_cache.get(key)
+    if got is None:
+        got = (torch.ones(b, device=dev, dtype=torch.int32), torch.arange(b, device=dev, dtype=torch.int32),
+               torch.zeros(b, device=dev, dtype=torch.int32))  # fmt: skip
+        if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            _index_cache[key] = got
+    return got
+
+
+_launchers: dict = {}
+
+
+def _launch(kernel, key, grid, args, consts, options) -> None:
+    got = _launchers.get(kernel)
+    if got is None:
+        got = _launchers[kernel] = Launcher(kernel)
+    got.launch(key, grid, args, consts, options)
+
+
+def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, split_size=256,
+                        tiles: Tiles | None = None):  # fmt: skip
+    """Split-KV decode: one program per (sequence, KV head, split), then a fixed-order merge.
+    ``tiles``: benchmarks only (``bench_attention.py --sweep``), never for results."""
+    t = tiles or DECODE_TILES
+    g, d, qk_scale, block_d = _common(q, k_cache.shape[2], scale, t.block_m)
     blk_n = _block_n(split_size)
     dev = q.device
     q = q.contiguous()
@@ -370,19 +423,19 @@ def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=Non
     mp = torch.empty((b, hq, max_splits), device=dev, dtype=torch.float32)
     lp = torch.empty_like(mp)
     op = torch.empty((b, hq, max_splits, d), device=dev, dtype=torch.float32)
-    ones = torch.ones(b, device=dev, dtype=torch.int32)
-    ar = torch.arange(b, device=dev, dtype=torch.int32)
+    ones, ar, zeros = _decode_index(b, dev)
     lens = _i32(seq_lens, dev)
-    zeros = torch.zeros(b, device=dev, dtype=torch.int32)
-    _attn_kernel[(b, hkv, max_splits)](
+    key = None
+    if q.is_cuda:
+        key = (q.shape, q.dtype, k_cache.shape, k_cache.stride(), k_cache.dtype, bt.shape, bt.stride(), split_size,
+               dev.index, t, *aligned(q, k_cache, v_cache, bt, lens))  # fmt: skip
+    opts = {"num_warps": t.num_warps, "num_stages": t.num_stages}
+    _launch(_attn_kernel, key, (b, hkv, max_splits), (
         q, k_cache, v_cache, bt, out, mp, lp, op, ar, zeros, ar, ones, zeros, lens, qk_scale,
-        q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), bt.stride(0), max_splits, hq, d, split_size,
-        G=g, BLOCK_M=BLOCK_M, BLOCK_N=blk_n, BLOCK_D=block_d, CAUSAL=True,
-        PAGED=True, PAGE=page, DECODE=True, IEEE=q.dtype == torch.float32,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-    )  # fmt: skip
-    _merge_kernel[(b, hkv)](
-        out, mp, lp, op, lens, q.stride(0), q.stride(1), max_splits, hq, d, split_size,
-        GP=_next_pow2(g), G=g, BLOCK_D=block_d, num_warps=1,
-    )  # fmt: skip
+        q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), bt.stride(0), max_splits, hq, d, split_size),
+        {"G": g, "BLOCK_M": t.block_m, "BLOCK_N": blk_n, "BLOCK_D": block_d, "CAUSAL": True,
+         "PAGED": True, "PAGE": page, "DECODE": True, "IEEE": q.dtype == torch.float32}, opts)  # fmt: skip
+    _launch(_merge_kernel, key, (b, hkv), (
+        out, mp, lp, op, lens, q.stride(0), q.stride(1), max_splits, hq, d, split_size),
+        {"GP": _next_pow2(g), "G": g, "BLOCK_D": block_d}, {"num_warps": 1})  # fmt: skip
     return out

@@ -92,6 +92,7 @@ def test_scheduler_admits_every_step_and_mixes_prefill_with_decode():
         "num_decode": 0,
         "waiting": 0,
         "num_tokens_padded": 20,
+        "graph": False,
     }
     eng.add_request("b", list(range(50, 120)), p)  # 70 tokens: chunked
     step()  # admitted at once, next to a's decode

@@ -147,8 +147,8 @@ def test_tma_kernel_gives_the_pointer_kernels_bits(dtype, layout, persistent, mo
     from pytest_invariance.reference_kernels import matmul_triton as mt
 
     launched = []
-    real = mt._launch_tma
-    monkeypatch.setattr(mt, "_launch_tma", lambda *a, **k: launched.append(a[6]) or real(*a, **k))
+    real = mt._descriptors
+    monkeypatch.setattr(mt, "_descriptors", lambda *a, **k: launched.append(a[2]) or real(*a, **k))
     g = torch.Generator().manual_seed(7)
     m, k, n = 37, 40, 24  # tails in every dimension of a 16x16x16 tile; 80-byte rows stay TMA-aligned
     a = torch.randn(m, k, generator=g).to(dtype)

@@ -1,0 +1,76 @@
+"""Direct launches (``reference_kernels.launch``) give the JIT launch's bits, and never run where a
+plan could be stale: under the interpreter, with launch hooks, or for another alignment."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_invariance.reference_kernels import launch
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def test_alignment_is_part_of_the_key():
+    t = torch.zeros(64, dtype=torch.bfloat16)
+    assert launch.aligned(t, t[1:], None) == (t.data_ptr() % 16 == 0, False, False)
+
+
+def test_interpreter_launches_keep_no_plans():
+    from pytest_invariance.reference_kernels import matmul_triton as mt
+
+    a = torch.randn(1, 5, 16).to(torch.bfloat16)
+    b = torch.randn(1, 16, 8).to(torch.bfloat16)
+    mt.bmm_triton(a, b)
+    mt.bmm_triton(a, b)
+    assert all(not lk.plans for lk in mt._launchers.values())
+
+
+def _fresh_jit(fn, *args, **kw):
+    """``fn`` with every plan dropped first, so the JIT launches (and replans) it."""
+    from pytest_invariance.reference_kernels import _rowops_triton as rt
+    from pytest_invariance.reference_kernels import matmul_triton as mt
+    from pytest_invariance.reference_kernels.attention import triton_attn as ta
+
+    for mod in (mt, rt, ta):
+        for lk in mod._launchers.values():
+            lk.plans.clear()
+    return fn(*args, **kw)
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("m,k,n", [(1, 4096, 14336), (8, 4096, 6144), (64, 4096, 4096), (512, 4096, 6144),
+                                   (300, 1024, 3072)])  # fmt: skip
+def test_planned_linear_equals_the_jit_launch(m, k, n):
+    from pytest_invariance.reference_kernels.matmul import linear
+
+    g = torch.Generator(device="cuda").manual_seed(m)
+    w = torch.randn(n, k, generator=g, device="cuda").to(torch.bfloat16)
+    for trial in range(2):  # the second trial's inputs are new: the plan serves other values
+        x = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
+        want = _fresh_jit(linear, x, w)
+        got = linear(x, w)  # planned now
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"trial {trial}"
+    bias = torch.randn(n, generator=g, device="cuda").to(torch.bfloat16)
+    assert torch.equal(linear(x, w, bias).view(torch.int16), _fresh_jit(linear, x, w, bias).view(torch.int16))
+
+
+@pytest.mark.gpu
+@cuda
+def test_planned_row_ops_and_decode_equal_the_jit_launch():
+    from pytest_invariance.reference_kernels import attention, rowops
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(7, 4096, generator=g, device="cuda").to(torch.bfloat16)
+    w = torch.randn(4096, generator=g, device="cuda").to(torch.bfloat16)
+    want = _fresh_jit(rowops.rms_norm, x, w, 1e-5)
+    assert torch.equal(rowops.rms_norm(x, w, 1e-5).view(torch.int16), want.view(torch.int16))
+    kc = torch.randn(40, 16, 8, 128, generator=g, device="cuda").to(torch.bfloat16)
+    vc = torch.randn(40, 16, 8, 128, generator=g, device="cuda").to(torch.bfloat16)
+    q = torch.randn(3, 32, 128, generator=g, device="cuda").to(torch.bfloat16)
+    bt = torch.arange(39, device="cuda", dtype=torch.int32).view(3, 13)
+    sl = torch.tensor([200, 7, 208], device="cuda", dtype=torch.int32)
+    want = _fresh_jit(attention.decode_paged, q, kc, vc, bt, sl)
+    got = attention.decode_paged(q, kc, vc, bt, sl)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
