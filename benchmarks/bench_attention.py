@@ -251,7 +251,8 @@ def sweep(writer: PerfWriter) -> list[str]:
                      f"x best stock {best / ms:.3f} ({stock_ms}); bits == current prefill: {same}")  # fmt: skip
         writer.write(case=f"sweep-prefill[{t}]", family="attention-prefill", implementation="reference",
                      quantization="bf16", dtype="bfloat16", shape={"B": 8, "S": 4096, "tiles": list(t)},
-                     verdict="measure", evidence={"bits_equal_current_prefill": same}, cost=cost(
+                     verdict="incomplete", evidence={"bits_equal_current_prefill": same,
+                     "note": "tile candidate: timing and bits only, no batch check"}, cost=cost(
                          ms, best, "fastest SDPA (" + ",".join(stock_ms) + ")", tflops=round(flops / ms / 1e9, 1)))  # fmt: skip
     for t in SWEEP_DECODE:
         tiles = ta.Tiles(*t)
@@ -271,7 +272,8 @@ def sweep(writer: PerfWriter) -> list[str]:
                          f"bits == prefill: {same}")  # fmt: skip
             writer.write(case=f"sweep-decode[B{b}-{kv}-{t}]", family="attention-decode", implementation="reference",
                          quantization="bf16", dtype="bfloat16", shape={"B": b, "kv_len": kv, "tiles": list(t)},
-                         verdict="measure", evidence={"bits_equal_prefill": same},
+                         verdict="incomplete", evidence={"bits_equal_prefill": same,
+                         "note": "tile candidate: timing and decode == prefill bits only, no batch check"},
                          cost={"implementation_ms": ms, "hbm_fraction": round(frac, 4), "copy_gbps": round(bw / 1e9)})  # fmt: skip
             del dargs
         torch.cuda.empty_cache()

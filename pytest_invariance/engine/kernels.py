@@ -217,8 +217,12 @@ class Kernels:
             "fixed": f"fixed splits of {cfg.split_kv_size} tokens",
             "none": "one split",
         }[cfg.split_kv]
-        decode = self._take("attention-decode", "mutant:splitkv-decode-batched", policy)
-        self._decode = partial(decode, sm_count=self.units, min_keys=cfg.split_kv_min_tokens)
+        if self.device.type == "cuda":  # a split-KV kernel, as GPU engines run (the reference body, cut by batch)
+            decode = self._take("attention-decode", "mutant:splitkv-decode", policy + "; Triton split-KV kernel")
+            self._decode = partial(decode, sm_count=self.units, min_keys=cfg.split_kv_min_tokens, max_splits=16)
+        else:
+            decode = self._take("attention-decode", "mutant:splitkv-decode-batched", policy)
+            self._decode = partial(decode, sm_count=self.units, min_keys=cfg.split_kv_min_tokens)
 
     def _resolve_reference(self) -> None:
         """Every reduction through the reference kernels; one that cannot be imported is replaced by
@@ -276,7 +280,7 @@ class Kernels:
             return self._attention_reference(q, k_cache, v_cache, m, scale)
         if m.all_decode:  # no row gather: the same kernel on the same rows (and capturable)
             return self._decode(q, k_cache, v_cache, m.block_table_tensor, m.decode_ctx, scale=scale,
-                                splits=self._splits(m))  # fmt: skip
+                                **self._split_args(m))  # fmt: skip
         out = torch.zeros_like(q)  # padding rows (CUDA-graph buckets) stay zero
         decode = set(m.decode_idx) if not self.invariant else set()
         for i in range(len(m.q_lens)):
@@ -289,17 +293,21 @@ class Kernels:
         if decode:
             rows = torch.tensor([m.q_starts[i] for i in m.decode_idx], device=q.device)
             out[rows] = self._decode(
-                q[rows], k_cache, v_cache, m.block_table_tensor, m.decode_ctx, scale=scale, splits=self._splits(m)
+                q[rows], k_cache, v_cache, m.block_table_tensor, m.decode_ctx, scale=scale, **self._split_args(m)
             )
         return out
 
-    def _splits(self, m: AttnBatch) -> int | None:
-        """Default-mode split count: the caller's (a captured graph), else by policy (None: the heuristic)."""
+    def _split_args(self, m: AttnBatch) -> dict:
+        """Default-mode decode split arguments: the count a captured graph fixed, else by policy (no count:
+        the heuristic), with the longest context from the host lists (no device read)."""
+        max_len = max(m.ctx_lens[i] for i in m.decode_idx)
         if m.decode_splits is not None:
-            return m.decode_splits
+            return {"splits": m.decode_splits, "max_len": max_len}
         if self.cfg.split_kv == "fixed":
-            return max(1, math.ceil(max(m.ctx_lens[i] for i in m.decode_idx) / self.cfg.split_kv_size))
-        return 1 if self.cfg.split_kv == "none" else None
+            if self.device.type == "cuda":
+                return {"split_size": self.cfg.split_kv_size}
+            return {"splits": max(1, math.ceil(max_len / self.cfg.split_kv_size)), "max_len": max_len}
+        return {"splits": 1 if self.cfg.split_kv == "none" else None, "max_len": max_len}
 
     def graph_splits(self, batch: int, capacity: int) -> int | None:
         """The split count a captured decode graph of ``batch`` rows over a block table of ``capacity``

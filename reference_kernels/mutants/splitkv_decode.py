@@ -95,11 +95,18 @@ def splitkv_decode(
     sm_count: int | None = None,
     min_keys: int = 64,
     backend: str = "auto",
+    splits: int | None = None,
+    max_len: int | None = None,
+    split_size: int | None = None,
+    max_splits: int = 64,
 ):
     """``attention-decode`` signature; KV cut into ``num_splits(B, Hkv, L)`` near-equal parts.
 
     ``backend``: ``auto`` (Triton on CUDA, torch otherwise), ``torch`` or ``triton``
-    (on CPU tensors under ``TRITON_INTERPRET=1``).
+    (on CPU tensors under ``TRITON_INTERPRET=1``). On the Triton path a caller may fix the
+    count (``splits``), bound the lengths without reading them on the device (``max_len``: a
+    CUDA graph cannot, an engine knows them on the host) or give the split size itself
+    (``split_size``, a fixed-size policy).
     """
     sms = _sms(q, sm_count)
     b, _, d = q.shape
@@ -109,9 +116,11 @@ def splitkv_decode(
     if _use_triton(q, backend):
         from ..attention.triton_attn import decode_paged_triton
 
-        lmax = int(seq_lens.max())
-        split = heuristic_split_size(num_splits(b, hkv, lmax, sms, min_keys=min_keys), lmax)
-        return decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, scale=scale, split_size=split)
+        if split_size is None:
+            lmax = max_len if max_len is not None else int(seq_lens.max())
+            n = splits if splits is not None else num_splits(b, hkv, lmax, sms, max_splits, min_keys)
+            split_size = heuristic_split_size(n, lmax)
+        return decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, scale=scale, split_size=split_size)
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     out = torch.empty_like(q)
     for i in range(b):
@@ -136,11 +145,13 @@ def splitkv_decode_batched(
     max_splits: int = 16,
     splits: int | None = None,
     partial_dtype: torch.dtype | None = None,
+    max_len: int | None = None,
 ) -> torch.Tensor:
     """``attention-decode`` signature, the whole batch in one pass over the padded block table.
 
     What a serving engine's decode does: the split count comes from ``num_splits`` for the
-    batch and its longest context (``splits`` overrides it, e.g. a fixed split size), every
+    batch and its longest context (``splits`` overrides it, e.g. a fixed split size; ``max_len``
+    gives the longest context from the host, sparing a device read), every
     sequence is cut at the same boundaries, and each split's normalized output is stored in
     ``partial_dtype`` (default: q's dtype, as paged-attention v2 keeps its ``tmp_out``) with its max
     and exp-sum in fp32 for the merge. The bundled engine's default mode decodes with it
@@ -153,7 +164,7 @@ def splitkv_decode_batched(
     v = v_cache[block_table.long()].reshape(b, -1, *v_cache.shape[2:])
     s_len, kvh = k.shape[1], k.shape[2]
     if splits is None:
-        lmax = int(seq_lens.max())
+        lmax = max_len if max_len is not None else int(seq_lens.max())
         splits = num_splits(b, kvh, lmax, _sms(q, sm_count), max_splits=max_splits, min_keys=min_keys)
     g = h // kvh
     scores = torch.einsum("bhgd,bshd->bhgs", q.float().view(b, kvh, g, d), k.float()) * sc

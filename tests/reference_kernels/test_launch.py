@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from pytest_invariance.reference_kernels import launch
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
