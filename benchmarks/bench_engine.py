@@ -18,6 +18,7 @@ every request's speculative tokens equal its plain tokens, into OUT/bench_engine
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -281,6 +282,7 @@ def main() -> int:
                 extra={"server_info": info},
             )
         del llm
+        gc.collect()  # the engine's graphs go now, not inside the next engine's capture
         if cuda:
             torch.cuda.empty_cache()
     say("")

@@ -31,8 +31,10 @@ def aligned(*tensors: torch.Tensor | None) -> tuple[bool, ...]:
 
 
 def _hooks() -> bool:
+    """Whether a launch hook is registered. Newer triton keeps an always-present ``HookChain`` whose
+    ``calls`` list is empty when nothing is registered; older triton keeps None or a function."""
     rt = triton.knobs.runtime
-    return rt.launch_enter_hook is not None or rt.launch_exit_hook is not None
+    return any(h is not None and bool(getattr(h, "calls", True)) for h in (rt.launch_enter_hook, rt.launch_exit_hook))
 
 
 class Launcher:

@@ -22,8 +22,9 @@ the padding, the buffers and the bucket choice are exercised, the capture itself
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -41,9 +42,11 @@ class DecodeGraphStats:
     captured: int = 0
     replays: int = 0
     eager_decode_steps: int = 0  # decode-only steps that could not replay (too large, reserved ids)
+    capture_errors: list[str] = field(default_factory=list)  # shapes CUDA refused to capture (run eager)
 
     def as_dict(self) -> dict:
-        return {"captured": self.captured, "replays": self.replays, "eager_decode_steps": self.eager_decode_steps}
+        return {"captured": self.captured, "replays": self.replays, "eager_decode_steps": self.eager_decode_steps,
+                "capture_errors": list(self.capture_errors)}  # fmt: skip
 
 
 def width_class(blocks: int, max_blocks: int) -> int:
@@ -140,8 +143,21 @@ class DecodeGraphs:
             self._forward(b, w)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            out = self._forward(b, w)
+        # Python's cyclic collector must not run inside the capture: collecting an old engine's
+        # graphs there destroys them mid-capture, which CUDA forbids (measured on the H200: a second
+        # engine's first capture failed that way). Collect first, then hold it off.
+        gc.collect()
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, pool=self._pool):
+                out = self._forward(b, w)
+        except RuntimeError as e:  # a capture CUDA refused: this shape runs eager, and says so
+            self.stats.capture_errors.append(f"batch {b}, width {w}: {type(e).__name__}: {str(e).splitlines()[0]}")
+            return None, None
+        finally:
+            if collecting:
+                gc.enable()
         if self._pool is None:
             self._pool = graph.pool()
         self.stats.captured += 1
