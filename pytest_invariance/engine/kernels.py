@@ -283,8 +283,9 @@ class Kernels:
                                 **self._split_args(m))  # fmt: skip
         out = torch.zeros_like(q)  # padding rows (CUDA-graph buckets) stay zero
         decode = set(m.decode_idx) if not self.invariant else set()
+        done = self._fresh_prefills_batched(q, k_cache, v_cache, m, scale, out, decode)
         for i in range(len(m.q_lens)):
-            if i in decode:
+            if i in decode or i in done:
                 continue
             s = m.q_starts[i]
             out[s : s + m.q_lens[i]] = prefill_sdpa(
@@ -296,6 +297,35 @@ class Kernels:
                 q[rows], k_cache, v_cache, m.block_table_tensor, m.decode_ctx, scale=scale, **self._split_args(m)
             )
         return out
+
+    def _fresh_prefills_batched(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, m: AttnBatch,
+                                scale: float, out: torch.Tensor, skip: set[int]) -> set[int]:  # fmt: skip
+        """On CUDA, whole prompts (no prefix) of equal length go through one batched SDPA call, as a
+        GPU engine's varlen prefill runs them together; the rest stays per sequence. On CPU nothing
+        changes (the demo's default-mode bits stay those committed). Returns the items done."""
+        if self.device.type != "cuda":
+            return set()
+        groups: dict[int, list[int]] = {}
+        for i, (n, ctx) in enumerate(zip(m.q_lens, m.ctx_lens, strict=True)):
+            if i not in skip and n == ctx and n > 1:
+                groups.setdefault(n, []).append(i)
+        done: set[int] = set()
+        for n, items in groups.items():
+            if len(items) < 2:
+                continue
+            dev = q.device
+            rows = torch.cat([torch.arange(m.q_starts[i], m.q_starts[i] + n, device=dev) for i in items])
+            qs = q[rows].view(len(items), n, *q.shape[1:]).transpose(1, 2)  # [B, H, n, d]
+            nblk = -(-n // k_cache.shape[1])  # the blocks holding the prompt (tables may be longer)
+            table = torch.tensor([m.block_tables[i][:nblk] for i in items], dtype=torch.long, device=dev)
+            k, v = gather_paged(k_cache, table, n), gather_paged(v_cache, table, n)  # [B, kvH, n, d]
+            groups_per_kv = q.shape[1] // k.shape[1]
+            k = k.repeat_interleave(groups_per_kv, dim=1)
+            v = v.repeat_interleave(groups_per_kv, dim=1)
+            o = F.scaled_dot_product_attention(qs, k, v, is_causal=True, scale=scale)
+            out[rows] = o.transpose(1, 2).reshape(-1, *q.shape[1:])
+            done.update(items)
+        return done
 
     def _split_args(self, m: AttnBatch) -> dict:
         """Default-mode decode split arguments: the count a captured graph fixed, else by policy (no count:

@@ -58,12 +58,12 @@ class Tiles:
 
 
 PREFILL_TILES = Tiles()
-# Decode: one token's G rows live in a tile, so 16 rows instead of 64 cut the wasted MMA work and
-# registers (64% -> 86% of the H200's copy bandwidth at B=64, KV=4096). The 16-row tile lowers to
-# another MMA instruction (mma.sync instead of wgmma) than the 64-row prefill tile; its bits were
-# equal to the prefill's on the H200 (bench_attention.py --sweep), and the suites' prefill-decode
-# oracle re-checks that on every run: it is measured, not promised by the instruction set.
-DECODE_TILES = Tiles(block_m=16, num_warps=4, num_stages=3)
+# Decode keeps the prefill's 64-row tile (one token's G rows live in it), so both lower to the same
+# warpgroup MMA. A 16-row tile reached 86% of the H200's copy bandwidth at B=64, KV=4096 (64%
+# here), but it lowers to mma.sync, and its bits differed from the prefill's on MHA at 4096 and
+# 8192 keys (suites' prefill-decode oracle, H200): the contract wins over the bandwidth.
+# Three stages: the same arithmetic as two (bench_attention.py --sweep), loads further ahead.
+DECODE_TILES = Tiles(block_m=BLOCK_M, num_warps=NUM_WARPS, num_stages=3)
 
 
 @triton.jit

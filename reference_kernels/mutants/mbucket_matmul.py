@@ -30,8 +30,30 @@ def _fp32_product(xs: torch.Tensor, ws: torch.Tensor) -> torch.Tensor:
     return F.linear(xs.float(), ws.float())
 
 
+def _fp32_partials_batched(x: torch.Tensor, w: torch.Tensor, parts: int) -> torch.Tensor | None:
+    """All ``parts`` fp32 partials ``[parts, M, N]`` from one batched 16-bit GEMM on CUDA (one launch,
+    as a split-K kernel is one), or None where that is not available (CPU, K not divisible)."""
+    k = x.shape[-1]
+    if not (x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and x.dim() == 2 and k % parts == 0):
+        return None
+    xs = x.view(x.shape[0], parts, k // parts).transpose(0, 1)  # [parts, M, K/parts]
+    ws = w.view(w.shape[0], parts, k // parts).permute(1, 2, 0)  # [parts, K/parts, N], no copy
+    try:
+        return torch.bmm(xs, ws, out_dtype=torch.float32)
+    except (TypeError, RuntimeError, NotImplementedError):
+        return None
+
+
 def splitk_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, parts: int = PARTS) -> torch.Tensor:
     """``x @ w.T (+ b)`` with K cut into ``parts`` fp32 partials, summed in order, rounded once."""
+    batched = _fp32_partials_batched(x, w, parts)
+    if batched is not None:
+        acc = batched[0]
+        for j in range(1, parts):  # in slice order, as the workspace reduction adds them
+            acc = acc + batched[j]
+        if b is not None:
+            acc = acc + b.float()
+        return acc.to(x.dtype)
     acc: torch.Tensor | None = None
     for xs, ws in zip(x.tensor_split(parts, dim=-1), w.tensor_split(parts, dim=-1), strict=True):
         part = _fp32_product(xs, ws)
