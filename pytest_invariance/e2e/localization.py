@@ -88,8 +88,10 @@ def _localize(t: Target, out: Outcome) -> dict:
         return {**where, "reason": f"{len(live)} requests exceed max_num_seqs: which shared the step is not known"}
     try:
         loc = replay_step(info, reqs[slot], [reqs[j] for j in live if j != slot], live.index(slot))
-    except (ReplayUnsupported, RuntimeError, ValueError) as exc:
-        return {**where, "reason": f"replay failed: {exc}".splitlines()[0]}
+    except ReplayUnsupported as exc:
+        return {**where, "reason": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a replay that raises costs the field, never the record
+        return {**where, "reason": f"replay raised {type(exc).__name__}: {exc}".splitlines()[0]}
     ref = out.batches[0].tokens[0]
     bits = S.step_difference(ref, out.batches[0].logprobs[0], b.tokens[slot], b.logprobs[slot])
     # where the request's logprob bits differed before step k, its real cache had drifted already
