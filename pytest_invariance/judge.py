@@ -17,6 +17,7 @@ import pytest
 
 from pytest_invariance.oracles import verdict as V
 from pytest_invariance.oracles.classes import format_ranges
+from pytest_invariance.records import describe_localization
 
 EXPECTS = ("invariant", "divergent", "measure")
 
@@ -136,6 +137,8 @@ def failure_message(rec: Mapping[str, Any], expect: str) -> str:
         lines.append(f"  equivalence classes of batch sizes: {format_ranges(ev['equivalence_classes'])}")
     if ev.get("differing_batch_sizes"):
         lines.append(f"  differing batch sizes: {ev['differing_batch_sizes']}")
+    if loc := describe_localization((rec.get("extra") or {}).get("localization")):
+        lines.append(f"  {loc}")
     ctl = rec.get("control")
     if ctl:
         lines.append(f"  control {ctl['name']}: {'diverged' if ctl.get('diverged') else 'did NOT diverge'}")

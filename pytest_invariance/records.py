@@ -55,6 +55,33 @@ class Evidence(TypedDict, total=False):
     reason: str
 
 
+class Culprit(TypedDict, total=False):
+    """The first op whose output differed for the probe row while its inputs were equal."""
+
+    module: str  # e.g. model.layers.0.self_attn.qkv_proj
+    op: str  # the aten op (aten.mm.default), or the module's class where compared at module level
+    family: str | None  # the kernel family the engine runs there
+    kernel: str | None  # the implementation it runs (mutant:m-bucket-splitk ...)
+    in_shapes: list[list[int]]
+    out_shapes: list[list[int]]
+    dtype: str
+    max_ulp: float | None
+    batch_sizes: list[int]
+
+
+class Localization(TypedDict, total=False):
+    """``extra.localization`` of a divergent bundled-engine e2e record: the replay of the step at
+    which the probe first differed. ``culprit`` when an op was named, else ``reason`` says why not."""
+
+    culprit: Culprit
+    reason: str
+    step: str  # decode | prefill
+    token_index: int
+    batch_size: int
+    position: int
+    what: str  # token | logprob: what first differed in the sweep
+
+
 class Record(TypedDict):
     """One verdict with its evidence, control, cost and where it was measured (``REQUIRED`` keys)."""
 
@@ -131,7 +158,36 @@ def parse_record(obj: Any) -> Record:
             raise RecordError(f"evidence.equivalence_classes: {e}") from None
     if obj.get("extra") is None:
         obj["extra"] = {}
+    _check_localization(obj["extra"].get("localization"))
     return obj  # type: ignore[return-value]
+
+
+def _check_localization(loc: Any) -> None:
+    if loc is None:
+        return
+    if not isinstance(loc, dict):
+        raise RecordError("extra.localization is not an object")
+    culprit, reason = loc.get("culprit"), loc.get("reason")
+    if culprit is None and not (isinstance(reason, str) and reason):
+        raise RecordError("extra.localization has neither a culprit nor a reason")
+    if culprit is not None and not (isinstance(culprit, dict) and isinstance(culprit.get("module"), str)
+                                    and isinstance(culprit.get("op"), str)):  # fmt: skip
+        raise RecordError("extra.localization.culprit names no module and op")
+
+
+def describe_localization(loc: Localization | None, short: bool = False) -> str:
+    """One line: ``first op that diverged at token 13 (decode step, batch 16): aten.mm.default at
+    model.layers.0.self_attn.qkv_proj [mutant:m-bucket-splitk], max ULP 1`` (empty: none);
+    ``short``: ``first op aten.mm.default at model.layers.0.self_attn.qkv_proj [mutant:...]``, or
+    empty where no op was named."""
+    c = (loc or {}).get("culprit")
+    if short or not loc:
+        return f"first op {c['op']} at {c['module']}" + (f" [{c['kernel']}]" if c.get("kernel") else "") if c else ""
+    where = f"token {loc.get('token_index')} ({loc.get('step')} step, batch {loc.get('batch_size')})"
+    if c is None:
+        return f"replayed {where}: no culprit: {loc.get('reason')}" if "step" in loc else f"not localized: {loc.get('reason')}"
+    ulp = f", max ULP {c['max_ulp']:g}" if isinstance(c.get("max_ulp"), (int, float)) else ""
+    return f"first op that diverged at {where}: {describe_localization(loc, True).removeprefix('first op ')}{ulp}"
 
 
 def new_run_id() -> str:

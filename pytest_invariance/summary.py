@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from pytest_invariance.oracles.classes import format_ranges
 from pytest_invariance.oracles.stats import weakest_pass
 from pytest_invariance.oracles.verdict import SEVERITY, VERDICTS, vacuous_by_construction
+from pytest_invariance.records import describe_localization
 
 WEAK_TRIALS = 3  # fewer clean trials than this, or
 WEAK_UPPER = 0.5  # a 95% upper bound on the failure rate above this, and a pass is flagged weak
@@ -36,6 +37,10 @@ def _worst_evidence(recs: list[dict]) -> str:
         parts.append(f"{ev.get('failures', 0)}/{ev['trials']} trials")
     if ev.get("equivalence_classes"):
         parts.append(f"classes {format_ranges(ev['equivalence_classes'])}")
+    for r in bad:  # a replayed bundled-engine step that named its first differing op
+        if loc := describe_localization((r.get("extra") or {}).get("localization"), short=True):
+            parts.append(f"{loc} ({(r.get('shape') or {}).get('sweep', r['oracle'])} replayed)")
+            break
     return ", ".join(parts)
 
 

@@ -16,6 +16,7 @@ from pytest_invariance.judge import Control, Observation, judge
 from pytest_invariance.oracles import sequences as S
 from pytest_invariance.oracles.vocabulary import quantization_of
 
+from .localization import localization
 from .sweeps import SWEEPS, Outcome, run_cached, seeded_sweep
 from .target import Target, engine_identity
 
@@ -72,6 +73,9 @@ def _judge(invariance: Any, t: Target, out: Outcome, ctl: Control | None, oracle
     __tracebackhide__ = True
     flag = t.mode_check()
     context = f"\n  target {t.label}" + (f"\n  MODE CHECK: {flag}" if flag else "")
+    loc = localization(t, out)  # the bundled engine's divergent default mode: its first differing op
+    if loc is not None:
+        extra = {**(extra or {}), "localization": loc}
     rec = judge(invariance, observation(t, out), ctl, expect=expect, context=context,
                 **subject(invariance, t, oracle, out, extra))  # fmt: skip
     if flag:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import random
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_invariance.adapters import AdapterError, GenParams, Progress
+from pytest_invariance.adapters import AdapterError, Completion, GenParams, Progress
 from pytest_invariance.adapters.base import INDEPENDENT, Prompt
 from pytest_invariance.oracles import sequences as S
 from pytest_invariance.oracles.sweeps import probe_positions
@@ -71,6 +71,20 @@ def _described(p: Prompt) -> str | int:
 
 
 @dataclass
+class Batch:
+    """One batch as sent and answered, in request order: what a replay of its steps needs."""
+
+    prompts: list[list[int] | None]  # prompt token ids as the server reported them
+    tokens: list[list[int]]
+    logprobs: list[list[float | None] | None]
+    probe_slots: list[int]  # which requests are the probe
+
+    @classmethod
+    def of(cls, cs: list[Completion], probe_slots: list[int]) -> Batch:
+        return cls([c.prompt_token_ids for c in cs], [c.token_ids for c in cs], [c.logprobs for c in cs], probe_slots)
+
+
+@dataclass
 class Outcome:
     """What one sweep on one target observed."""
 
@@ -81,6 +95,8 @@ class Outcome:
     error: str | None = None
     unsupported: str | None = None
     blind: str | None = None  # why equality here could not count as a pass (e.g. cache hit not proven)
+    batches: list[Batch] = field(default_factory=list)  # the probe alone first, then the batches it shared
+    localization: dict | None = None  # e2e.localization's replay, computed once per outcome
 
 
 def decode_len(profile: str, quick: int = 48) -> int:
@@ -150,6 +166,7 @@ def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
     outputs: dict[int, list[list[int]]] = {}
     lps: dict[int, list[Any]] = {}
     batches: dict[str, dict[int, int]] = {}
+    seen: list[Batch] = []
     ref_top = None
     bar = _progress(f"single {t.engine}[{t.mode}]", sum(lv))
     try:
@@ -157,11 +174,17 @@ def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
             cs = send(t, [p] * n, params, seed * 1000 + n, bar, batches)
             outputs[n] = [c.token_ids for c in cs]
             lps[n] = [c.logprobs for c in cs]
+            seen.append(Batch.of(cs, list(range(n))))
             if ref_top is None:
                 ref_top = cs[0].top_logprobs
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
-    return _sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=_lps(t, lps))
+    return _seen(_sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=_lps(t, lps)), seen)
+
+
+def _seen(out: Outcome, batches: list[Batch]) -> Outcome:
+    out.batches = batches
+    return out
 
 
 def _lps(t: Target, lps: dict[int, list[Any]]) -> dict[int, list[Any]] | None:
@@ -182,21 +205,23 @@ def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
     bar = _progress(f"needle {t.engine}[{t.mode}]", 1 + n * len(positions))
     try:
         alone = t.adapter.generate([p], params, progress=bar)[0]
+        seen = [Batch.of([alone], [0])]
         outputs[1] = [alone.token_ids]
         outputs[n] = []
         lps: dict[int, list[Any]] = {1: [alone.logprobs], n: []}
         for pos in positions:
             batch = others[:pos] + [p] + others[pos:]
             cs = send(t, batch, params, seed * 1000 + pos, bar, batches, f"position {pos}")
+            seen.append(Batch.of(cs, [pos]))
             outputs[n].append(cs[pos].token_ids)
             lps[n].append(cs[pos].logprobs)
             per_pos[str(pos)] = cs[pos].token_ids
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
     differing = [int(p) for p, ids in per_pos.items() if ids != alone.token_ids]
-    return _sequence_outcome(outputs, alone.top_logprobs, shape,
-                             {"positions": positions, "differing_positions": differing, **co_batching(batches)},
-                             logprobs=_lps(t, lps))  # fmt: skip
+    return _seen(_sequence_outcome(outputs, alone.top_logprobs, shape,
+                                   {"positions": positions, "differing_positions": differing, **co_batching(batches)},
+                                   logprobs=_lps(t, lps)), seen)  # fmt: skip
 
 
 def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
@@ -208,6 +233,7 @@ def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
     outputs: dict[int, list[list[int]]] = {}
     lps: dict[int, list[Any]] = {}
     batches: dict[str, dict[int, int]] = {}
+    seen: list[Batch] = []
     ref_top = None
     bar = _progress(f"mixed {t.engine}[{t.mode}]", sum(lv))
     try:
@@ -217,13 +243,14 @@ def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
             for s in slots:
                 batch[s] = p
             cs = send(t, batch, params, seed * 1000 + n, bar, batches)
+            seen.append(Batch.of(cs, slots))
             outputs[n] = [cs[s].token_ids for s in slots]
             lps[n] = [cs[s].logprobs for s in slots]
             if ref_top is None:
                 ref_top = cs[0].top_logprobs
     except AdapterError as exc:
         return _partial(outputs, shape, exc)
-    return _sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=_lps(t, lps))
+    return _seen(_sequence_outcome(outputs, ref_top, shape, co_batching(batches), logprobs=_lps(t, lps)), seen)
 
 
 def prefix_lengths(info: dict | None) -> list[int]:
@@ -335,7 +362,7 @@ def sweep_logprobs(t: Target, profile: str, seed: int) -> Outcome:
         ev["first"].update(margin=m, margin_class=S.classify_margin(m))
     text = f"batch 1 vs {n}: " + ("token ids and logprob bits equal at all "
                                    f"{steps} steps" if diff is None else f"first {diff['what']} difference at step {diff['step']}")  # fmt: skip
-    return Outcome(diff is not None, ev, text, shape)
+    return Outcome(diff is not None, ev, text, shape, batches=[Batch.of([alone], [0]), Batch.of(cs, [n // 2])])
 
 
 def sweep_prefill_decode(t: Target, profile: str, seed: int) -> Outcome:

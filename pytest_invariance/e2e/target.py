@@ -103,6 +103,7 @@ class Target:
     log_path: str | None = None
     dispatch: str = LIST  # how a batch is sent: one list request, or independent jittered requests
     options: SweepOptions = field(default_factory=SweepOptions)
+    started_here: bool = False  # the bundled engine this session started (never a --invariance-url)
 
     def __post_init__(self) -> None:
         if self.dispatch not in DISPATCH:

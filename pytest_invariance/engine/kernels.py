@@ -165,14 +165,15 @@ class Kernels:
     """Kernel set of one engine, taken from the catalogue by name for its mode.
 
     ``implementations`` maps family -> catalogue name; ``routes`` says the same in words, with the
-    engine's parameters (reported by ``info()``)."""
+    engine's parameters (reported by ``info()``). ``units`` overrides :func:`parallel_units` (a
+    replay of another process's engine takes its reported ``split_kv_units``)."""
 
-    def __init__(self, cfg: EngineConfig, device: torch.device, kv_heads: int):
+    def __init__(self, cfg: EngineConfig, device: torch.device, kv_heads: int, units: int | None = None):
         self.cfg = cfg
         self.device = device
         self.kv_heads = kv_heads
         self.invariant = cfg.batch_invariant
-        self.units = parallel_units(device)
+        self.units = units or parallel_units(device)
         self.routes: dict[str, str] = {}
         self.implementations: dict[str, str] = {}
         from ..reference_kernels.attention import write_kv  # an exact copy: no reduction to choose

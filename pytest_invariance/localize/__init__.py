@@ -16,6 +16,8 @@ on every distinct op the forward calls, at the model's own shapes. No pytest her
 - ``census`` / ``census_ops``: the op census and its per-op callables;
 - ``models``: Hugging Face directories, the bundled engine's model, any ``nn.Module``;
 - ``plant``: planted mutants (positive controls: one module swapped for a batch-variant kernel);
+- ``replay``: one bundled-engine step rebuilt from ``/server_info`` and localized (``extra.localization``);
+- ``greedy``: unique greedy completions of a probe alone and in batches (the end-to-end check);
 - ``report``: tables and records.
 """
 

@@ -62,7 +62,8 @@ class _Proxy:
 class BundledLM(nn.Module):
     """``forward(ids[B, T]) -> logits[B, T, V]`` (fp32): one prefill step of the bundled engine."""
 
-    def __init__(self, model_cfg: Any = None, *, invariant: bool = False, device: str = "cpu", **engine: Any) -> None:
+    def __init__(self, model_cfg: Any = None, *, invariant: bool = False, device: str = "cpu",
+                 units: int | None = None, **engine: Any) -> None:  # fmt: skip
         super().__init__()
         from pytest_invariance.engine.config import EngineConfig, demo_model
         from pytest_invariance.engine.kernels import Kernels
@@ -71,10 +72,10 @@ class BundledLM(nn.Module):
 
         mcfg = model_cfg or demo_model()
         self.cfg = EngineConfig(model=mcfg, batch_invariant=invariant, device=device, **engine)
-        self._args = (mcfg, device, engine)
+        self._args = (mcfg, device, units, engine)
         dev = torch.device(device)
         self.model = _Weights(Model(mcfg, synthetic_weights(mcfg, dev), dev))
-        self.kernels = Kernels(self.cfg, dev, mcfg.kv_heads)
+        self.kernels = Kernels(self.cfg, dev, mcfg.kv_heads, units)
         self.order = [f"model.layers.{i}.{n}" for i in range(mcfg.layers) for n in (MOE if mcfg.is_moe_layer(i) else DENSE)]
         self.order += ["model.norm", "lm_head"]
         self.probe_position = 0
@@ -83,8 +84,8 @@ class BundledLM(nn.Module):
 
     def default_twin(self) -> BundledLM:
         """The same model (same synthetic weights) with the engine's default-mode kernels."""
-        mcfg, device, engine = self._args
-        return BundledLM(mcfg, invariant=False, device=device, **engine)
+        mcfg, device, units, engine = self._args
+        return BundledLM(mcfg, invariant=False, device=device, units=units, **engine)
 
     def place_probe(self, n: int, position: int) -> None:
         """The row at ``position`` of the next batch is the probe: it takes the first cache blocks."""

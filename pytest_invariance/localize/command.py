@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hash-only", action="store_true",
                    help="keep a digest per op instead of the probe's slices (least memory; no ULP distances)")
     p.add_argument("--census", action="store_true", help="also run the op census (one record per distinct op)")
+    p.add_argument("--greedy", type=int, default=0, metavar="N",
+                   help="instead of localizing: N greedy tokens of the probe alone and in every batch (Hugging Face "
+                        "generate); unique completions by token ids and by logits bits, control: the planted split-K")  # fmt: skip
     p.add_argument("--out", default="reports/localize", metavar="DIR", help="records.jsonl is appended here")
     p.add_argument("--report", action="store_true", help="render the matrix from DIR/records.jsonl into DIR")
 
@@ -108,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     ids = token_rows(loaded.vocab, args.tokens, max(sizes), args.seed, loaded.device)
     run_id = new_run_id()
     mode = enable() if args.under_reference else contextlib.nullcontext()
+    if args.greedy:
+        with mode:
+            return _greedy(args, loaded, ids, sizes, positions, run_id, out)
     t0 = time.perf_counter()
     with mode:
         checked = run_check(loaded.model, ids[0], ids[1:], batch_sizes=sizes, positions=positions,
@@ -142,6 +148,49 @@ def run(args: argparse.Namespace) -> int:
         for path in render_matrix(every, out).values():
             print(path)
     return EXIT_FOUND if records[0]["verdict"] in ("divergent", "incomplete") else EXIT_OK
+
+
+def _greedy(args: argparse.Namespace, loaded: Any, ids: Any, sizes: list[int], positions: Any, run_id: str,
+            out: Path) -> int:  # fmt: skip
+    """``--greedy N``: unique greedy completions of the probe, and of the planted control, as one record."""
+    from pytest_invariance import hardware
+    from pytest_invariance.oracles.verdict import decide
+    from pytest_invariance.oracles.vocabulary import quantization_of
+    from pytest_invariance.recordio import append_records
+    from pytest_invariance.records import make_record
+
+    from .greedy import greedy_completions
+    from .plant import first_linear, plant
+
+    if args.greedy < 1:
+        raise CommandError(f"--greedy {args.greedy}: expected a positive integer")
+    if not hasattr(loaded.model, "generate"):
+        raise CommandError(f"--greedy: {args.model} has no generate (a Hugging Face model or random-llama:PRESET)")
+    kw = {"batch_sizes": sizes, "positions": positions, "new_tokens": args.greedy}
+    res = greedy_completions(loaded.model, ids[0], ids[1:], **kw)
+    site = None if args.no_control else first_linear(loaded.model)
+    ctl = greedy_completions(plant(loaded.model, site), ids[0], ids[1:], **kw) if site else None
+    dt = str(loaded.dtype).removeprefix("torch.")
+    control = None if ctl is None else {"name": f"planted splitk-matmul at {site}", "diverged": ctl.diverged,
+                                        "evidence": {k: v for k, v in ctl.evidence().items() if k != "completions"}}  # fmt: skip
+    rec = make_record(
+        run_id=run_id, fingerprint=hardware.fingerprint(), family="engine", implementation=f"model:{loaded.name}",
+        oracle="unique-samples", verdict=decide(res.diverged, None if ctl is None else ctl.diverged),
+        nodeid=f"cli::localize-greedy::{loaded.name}", contract="bitwise", evidence=res.evidence(), control=control,
+        trials=1, dtype=dt, quantization=quantization_of(loaded.dtype),
+        mode="invariant" if args.under_reference else "default",
+        shape={"probe": list(ids[0].shape), "batch_sizes": sorted(set(sizes)), "new_tokens": args.greedy},
+        extra={"summary": res.describe(), "model": args.model},
+    )  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    append_records(out / "records.jsonl", [rec])
+    print(f"records: {out / 'records.jsonl'} (+1)")
+    if ctl is not None:
+        print(f"control planted splitk-matmul at {site}: {ctl.describe()}")
+    print(res.describe())  # last: the line a log's tail shows (scripts/gpu_localize.sh)
+    print(f"verdict: {rec['verdict']} ({res.seconds:.1f} s, {args.device}, {dt}"
+          f"{', under reference_kernels.enable()' if args.under_reference else ''})")  # fmt: skip
+    return EXIT_FOUND if rec["verdict"] in ("divergent", "incomplete") else EXIT_OK
 
 
 def main(args: argparse.Namespace) -> int:

@@ -150,7 +150,7 @@ def _start(
                     "'pytest-invariance[engine]' (or deselect suites/e2e)", pytrace=False)
     request.addfinalizer(eng.stop)
     t = Target(adapter, role, expected, log_path=str(eng.log_path), dispatch=_dispatch(request.config),
-               options=sweep_options(request.config))  # fmt: skip
+               options=sweep_options(request.config), started_here=True)  # fmt: skip
     t.refresh()
     return t
 

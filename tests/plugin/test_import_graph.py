@@ -127,9 +127,10 @@ ALLOWED = {
     "reference_kernels": set(),
     "engine": {"reference_kernels", ""},
     "adapters": {"oracles", ""},
-    "e2e": {"adapters", "oracles", "plugin", ""},  # talks to engines over HTTP only
+    # talks to engines over HTTP only; localize (lazily): the replay of a bundled-engine step
+    "e2e": {"adapters", "oracles", "plugin", "localize", ""},
     # records / hardware / recordio / matrix are "plugin" here; the fixture imports localize lazily
-    "localize": {"oracles", "reference_kernels", "plugin", "engine", ""},  # engine: bundled.py only
+    "localize": {"oracles", "reference_kernels", "plugin", "engine", ""},  # engine: bundled.py and replay.py only
 }
 
 
