@@ -86,6 +86,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--invariance-prefix-lengths", dest="invariance_prefix_lengths", metavar="N,N,...",
                     default=None, help="shared-prefix lengths of the prefix sweep (default: the reported block "
                     "and chunk sizes +-1)")
+    group.addoption("--invariance-levels", dest="invariance_levels", metavar="N,N,...", default=None,
+                    help="concurrency levels of the single and mixed e2e sweeps (default 1,2,4,8,16 quick; "
+                    "levels inside a padded engine's buckets show its edges, e.g. 1,2,3,4,5,8,9,16,17)")
     group.addoption("--invariance-prompts", dest="invariance_prompts", choices=("auto", "ids", "text"),
                     default=None, help="send prompts as token ids or text (auto: text for --invariance-engine "
                     "openai, ids otherwise)")
@@ -97,7 +100,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "its API flavour (openai) does not")
     group.addoption("--invariance-target-version", dest="invariance_target_version", metavar="V", default=None,
                     help="the target's version for records, where the server reports none")
-    for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "prompts", "evidence", "implementation",
+    for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "levels", "prompts", "evidence", "implementation",
                 "target_version"):
         parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)
     parser.addini("invariance_url", "default --invariance-url", default=None)

@@ -105,7 +105,10 @@ def decode_len(profile: str, quick: int = 48) -> int:
     return quick if profile == "quick" else 96
 
 
-def levels(profile: str) -> list[int]:
+def levels(profile: str, t: Target | None = None) -> list[int]:
+    """Concurrencies of the single sweep: the target's ``--invariance-levels``, else by profile."""
+    if t is not None and t.options.levels:
+        return sorted(set(t.options.levels))
     return [1, 2, 4, 8, 16] if profile == "quick" else [1, 2, 4, 8, 16, 32, 64, 128]
 
 
@@ -159,7 +162,7 @@ def _partial(outputs: dict[int, list[list[int]]], shape: dict, exc: AdapterError
 
 def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
     """One prompt at concurrency 1..N: N identical greedy requests with staggered arrivals."""
-    lv = levels(profile)
+    lv = levels(profile, t)
     params, p = gen(t, decode_len(profile)), probe(t)
     shape = {"sweep": "single", "prompt": _described(p), "max_tokens": params.max_tokens, "levels": lv,
              **dispatch_shape(t)}  # fmt: skip
@@ -226,7 +229,7 @@ def sweep_needle(t: Target, profile: str, seed: int) -> Outcome:
 
 def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
     """Neighbours of very different lengths, so prefill chunks and decodes share steps."""
-    lv = [1, 4, 8, 16] if profile == "quick" else [1, 4, 8, 16, 32, 64]
+    lv = sorted(set(t.options.levels)) if t.options.levels else [1, 4, 8, 16] if profile == "quick" else [1, 4, 8, 16, 32, 64]
     params, p = gen(t, decode_len(profile)), probe(t)
     shape = {"sweep": "mixed", "prompt": _described(p), "max_tokens": params.max_tokens, "levels": lv,
              "neighbour_lengths": list(t.options.neighbour_tokens or MIXED_LENGTHS), **dispatch_shape(t)}  # fmt: skip

@@ -36,13 +36,16 @@ class SweepOptions:
     ids, or about that many words where ``prompts`` is ``text``). ``neighbour_tokens``: lengths of
     the neighbours in the needle/mixed/logprobs sweeps (None: the built-in mix, in characters).
     ``prefix_lengths``: the prefix sweep's shared-prefix lengths (None: from the reported block and
-    chunk sizes). ``prompts``: ``ids`` or ``text`` (for servers that refuse token ids).
+    chunk sizes). ``levels``: the concurrencies of the single and mixed sweeps (None: by profile; a
+    padded engine's buckets need levels inside them, e.g. 5,8,9,16). ``prompts``: ``ids`` or
+    ``text`` (for servers that refuse token ids).
     ``evidence``: ``logprobs`` (token ids and logprob bits), ``tokens`` (token ids only) or ``text``
     (the completion text's bytes), for servers that return no logprobs or no ids."""
 
     probe_tokens: int | None = None
     neighbour_tokens: tuple[int, ...] | None = None
     prefix_lengths: tuple[int, ...] | None = None
+    levels: tuple[int, ...] | None = None  # concurrency levels of the single and mixed sweeps
     prompts: str = "ids"
     evidence: str = "logprobs"
 
@@ -51,7 +54,7 @@ class SweepOptions:
             raise ValueError(f"prompts must be one of {', '.join(PROMPT_KINDS)}, got {self.prompts!r}")
         if self.evidence not in EVIDENCE:
             raise ValueError(f"evidence must be one of {', '.join(EVIDENCE)}, got {self.evidence!r}")
-        for name in ("neighbour_tokens", "prefix_lengths"):
+        for name in ("neighbour_tokens", "prefix_lengths", "levels"):
             v = getattr(self, name)
             if v is not None and (not v or any(int(x) < 1 for x in v)):
                 raise ValueError(f"{name} must be positive integers, got {v!r}")

@@ -96,7 +96,8 @@ def sweep_options(config: pytest.Config, adapter: Adapter | None = None) -> Swee
                 pytest.fail(f"{adapter.base_url}: cannot tell what the server returns: {exc}", pytrace=False)
     try:
         opts = SweepOptions(probe_tokens=probe, neighbour_tokens=_lengths(config, "invariance_neighbour_tokens"),
-                            prefix_lengths=_lengths(config, "invariance_prefix_lengths"), prompts=prompts,
+                            prefix_lengths=_lengths(config, "invariance_prefix_lengths"),
+                            levels=_lengths(config, "invariance_levels"), prompts=prompts,
                             evidence=evidence)  # fmt: skip
     except ValueError as exc:
         raise pytest.UsageError(f"e2e sweep options: {exc}") from None

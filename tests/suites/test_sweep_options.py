@@ -81,8 +81,14 @@ def test_text_prompts_are_words_and_prefix_lengths_are_taken_as_given(base):
     assert out.shape["prefix_lengths"] == [3, 5] and out.error is None
 
 
+def test_concurrency_levels_are_taken_as_given(base):
+    t = _target(base, levels=(5, 1, 3, 3))
+    assert W.sweep_single(t, "quick", 0).shape["levels"] == [1, 3, 5]
+    assert W.sweep_mixed(t, "quick", 0).shape["levels"] == [1, 3, 5]
+
+
 @pytest.mark.parametrize("bad", [{"prompts": "bytes"}, {"evidence": "vibes"}, {"probe_tokens": 0},
-                                 {"prefix_lengths": ()}, {"neighbour_tokens": (4, 0)}])  # fmt: skip
+                                 {"prefix_lengths": ()}, {"neighbour_tokens": (4, 0)}, {"levels": (0,)}])  # fmt: skip
 def test_bad_options_are_refused_with_the_name(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         SweepOptions(**bad)
