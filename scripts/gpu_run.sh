@@ -5,7 +5,7 @@
 # logs into $OUT/logs-TIME-PID.tar.gz and print a short table last.
 #   [WORKERS=n] bash scripts/gpu_run.sh [--profile quick|full] PHASE[:SECONDS]...
 # PHASE:SECONDS overrides that phase's time limit (e.g. matmul:540 for the full profile).
-# Phases: env unit matmul fp8 rowops attention attention-decode attention-stock moe bench-gemm sweep-decode sweep-large bench-rowops bench-launch bench-attention attention-sweep bench-moe engine engine-eager e2e
+# Phases: env unit matmul fp8 rowops attention attention-decode attention-stock moe bench-gemm sweep-decode sweep-large bench-rowops bench-launch bench-attention attention-sweep ladder bench-moe engine engine-eager e2e
 set -u
 PROFILE=quick
 if [ "${1:-}" = "--profile" ]; then PROFILE=$2; shift 2; fi
@@ -58,6 +58,7 @@ for arg in "$@"; do
     sweep-decode) phase sweep-decode "${LIMIT:-120}" python3 benchmarks/bench_gemm.py --sweep-decode;;
     sweep-large) phase sweep-large "${LIMIT:-200}" python3 benchmarks/bench_gemm.py --sweep-large;;
     bench-launch) phase bench-launch "${LIMIT:-60}" python3 benchmarks/bench_launch.py;;
+    ladder) phase ladder "${LIMIT:-120}" python3 benchmarks/ladder_classes.py --model llama3-8b --device cuda --out "$WORK";;
     attention-sweep) phase attention-sweep "${LIMIT:-150}" python3 benchmarks/bench_attention.py --sweep;;
     engine-eager) phase engine-eager "${LIMIT:-200}" python3 benchmarks/bench_engine.py --model llama3-8b --device cuda --batches 1,8,64 --cuda-graphs off --out "$WORK";;
     bench-attention) phase bench-attention "${LIMIT:-150}" python3 benchmarks/bench_attention.py --quick;;
