@@ -27,12 +27,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def main() -> int:
     from bench_engine import MODELS, prompts_for
+    from pytest_invariance.oracles.classes import class_ranges, format_ranges
+    from pytest_invariance.oracles.verdict import decide
 
     from pytest_invariance import hardware
     from pytest_invariance.engine.llm import LLM
     from pytest_invariance.engine.sampler import SamplingParams
-    from pytest_invariance.oracles.classes import class_ranges, format_ranges
-    from pytest_invariance.oracles.verdict import decide
     from pytest_invariance.records import make_record, new_run_id
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

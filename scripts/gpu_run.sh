@@ -5,7 +5,7 @@
 # logs into $OUT/logs-TIME-PID.tar.gz and print a short table last.
 #   [WORKERS=n] bash scripts/gpu_run.sh [--profile quick|full] PHASE[:SECONDS]...
 # PHASE:SECONDS overrides that phase's time limit (e.g. matmul:540 for the full profile).
-# Phases: env unit matmul fp8 rowops attention attention-decode attention-stock moe bench-gemm sweep-decode sweep-large bench-rowops bench-launch bench-attention attention-sweep ladder bench-moe engine engine-eager e2e
+# Phases: env unit launch-tests matmul fp8 rowops attention attention-decode attention-stock moe bench-gemm sweep-decode sweep-large bench-rowops bench-launch bench-attention attention-sweep ladder bench-moe engine engine-eager e2e
 set -u
 PROFILE=quick
 if [ "${1:-}" = "--profile" ]; then PROFILE=$2; shift 2; fi
@@ -51,6 +51,7 @@ for arg in "$@"; do
     attention) phase attention "${LIMIT:-240}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} --durations=30 suites/ops/test_attention.py -m gpu -k "reference or mutant";;
     attention-decode) phase attention-decode "${LIMIT:-200}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_attention.py -m gpu -k "(reference or mutant) and decode";;
     attention-stock) phase attention-stock "${LIMIT:-300}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} --durations=30 suites/ops/test_attention.py -m gpu -k "torch and not (math and L8192)";;
+    launch-tests) phase launch-tests "${LIMIT:-90}" "${PYT[@]}" tests/reference_kernels/test_launch.py tests/engine/test_decode_graphs.py -m gpu;;
     unit) phase unit "${LIMIT:-120}" "${PYT[@]}" tests -m gpu;;
     bench-moe) phase bench-moe "${LIMIT:-150}" python3 benchmarks/bench_moe.py;;
     bench-rowops) phase bench-rowops "${LIMIT:-90}" python3 benchmarks/bench_rowops.py --out "$WORK";;

@@ -47,13 +47,10 @@ def _fp32_partials_batched(x: torch.Tensor, w: torch.Tensor, parts: int) -> torc
 def splitk_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, parts: int = PARTS) -> torch.Tensor:
     """``x @ w.T (+ b)`` with K cut into ``parts`` fp32 partials, summed in order, rounded once."""
     batched = _fp32_partials_batched(x, w, parts)
-    if batched is not None:
-        acc = batched[0]
-        for j in range(1, parts):  # in slice order, as the workspace reduction adds them
-            acc = acc + batched[j]
-        if b is not None:
-            acc = acc + b.float()
-        return acc.to(x.dtype)
+    if batched is not None:  # one workspace reduction kernel: the torch chain below, in one launch
+        from .splitk_reduce_triton import reduce_partials
+
+        return reduce_partials(batched, b, x.dtype)
     acc: torch.Tensor | None = None
     for xs, ws in zip(x.tensor_split(parts, dim=-1), w.tensor_split(parts, dim=-1), strict=True):
         part = _fp32_product(xs, ws)

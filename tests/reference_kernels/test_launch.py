@@ -73,3 +73,20 @@ def test_planned_row_ops_and_decode_equal_the_jit_launch():
     want = _fresh_jit(attention.decode_paged, q, kc, vc, bt, sl)
     got = attention.decode_paged(q, kc, vc, bt, sl)
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("m,bias", [(1, False), (8, True), (3, True)])
+def test_splitk_reduction_kernel_equals_the_torch_chain(m, bias):
+    """The M-bucket mutant's one-launch reduction adds the fp32 partials in the torch chain's order."""
+    from pytest_invariance.reference_kernels.mutants.splitk_reduce_triton import reduce_partials
+
+    g = torch.Generator(device="cuda").manual_seed(m)
+    p = torch.randn(4, m, 6144, generator=g, device="cuda")
+    b = torch.randn(6144, generator=g, device="cuda").to(torch.bfloat16) if bias else None
+    want = p[0] + p[1] + p[2] + p[3]
+    if b is not None:
+        want = want + b.float()
+    got = reduce_partials(p, b, torch.bfloat16)
+    assert torch.equal(got.view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
