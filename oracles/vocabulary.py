@@ -43,6 +43,8 @@ VERDICTS = (INVARIANT, DIVERGENT, VACUOUS, INCOMPLETE, UNSUPPORTED)
 QUANTIZATION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
 
 ENGINES = ("bundled", "vllm", "sglang", "openai")  # adapter flavours of a live target
+SHARED_RNG = "shared-rng"  # the bundled engine's one-RNG-stream control: its own implementation variant
+CONTROL_VARIANTS = (SHARED_RNG,)  # engine knobs that break invariance on purpose (``bundled+shared-rng``)
 PROFILES = ("quick", "full", "exhaustive")  # sweep sizes (oracles.sweeps.batch_sweep)
 
 

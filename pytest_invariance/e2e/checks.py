@@ -14,7 +14,7 @@ import pytest
 
 from pytest_invariance.judge import Control, Observation, judge
 from pytest_invariance.oracles import sequences as S
-from pytest_invariance.oracles.vocabulary import quantization_of
+from pytest_invariance.oracles.vocabulary import SHARED_RNG, quantization_of
 
 from .localization import localization
 from .sweeps import SWEEPS, Outcome, run_cached, seeded_sweep
@@ -29,7 +29,7 @@ def observation(t: Target, out: Outcome) -> Observation:
 def subject(invariance: Any, t: Target, oracle: str, out: Outcome, extra: dict | None = None) -> dict:
     """The record fields that say what was checked, on which engine, in which configuration."""
     info = t.info or {}
-    variant = "+shared-rng" if info.get("shared_rng") else ""  # a control variant gets its own matrix row
+    variant = f"+{SHARED_RNG}" if info.get("shared_rng") else ""  # a control variant gets its own matrix row
     if int(info.get("tp_size") or 1) > 1:  # so does a tensor-parallel engine: TP sizes are not one row
         variant += f"+tp{int(info['tp_size'])}"
     return {

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..oracles.verdict import INVARIANT, worst
-from ..oracles.vocabulary import ORACLE_SHORT, PERF, VERDICT_SYMBOLS
+from ..oracles.vocabulary import CONTROL_VARIANTS, ORACLE_SHORT, PERF, VERDICT_SYMBOLS
 from .model import FAMILY_ORDER, Matrix, _rank
 
 _URL = re.compile(r"\s*@\s*https?://\S+?(?=[\s,;)\]]|$)")
@@ -24,7 +24,6 @@ WEAK_NOTE = ("a pass on fewer than 3 clean trials: too few to bound its failure 
 FOREIGN_NOTE = "the positive control ran on another engine than the subject"
 
 
-CONTROL_VARIANTS = ("shared-rng",)  # engine knobs that break invariance on purpose (e2e.checks names them)
 
 
 def strip_urls(text: str) -> str:
