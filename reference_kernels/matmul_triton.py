@@ -369,6 +369,7 @@ class _Plan:
 
 
 _plans: dict = {}
+_MAX_PLANS = 4096
 
 
 def _plan(a: torch.Tensor, b: torch.Tensor, has_bias: bool, scale: bool, config: TileConfig | None) -> _Plan:
@@ -430,7 +431,7 @@ def bmm_triton(
     plan = _plans.get(key) if key is not None else None
     if plan is None:
         plan = _plan(a, b, bias is not None, scale, config)
-        if key is not None:
+        if key is not None and len(_plans) < _MAX_PLANS:  # past the cap (unbounded shapes): planned each call
             _plans[key] = plan
     # The interpreter's fp32->bf16 cast does not round to nearest even as the GPU
     # does: under it, bf16 results are stored as fp32 and rounded by torch.

@@ -58,6 +58,8 @@ class SweepOptions:
             v = getattr(self, name)
             if v is not None and (not v or any(int(x) < 1 for x in v)):
                 raise ValueError(f"{name} must be positive integers, got {v!r}")
+        if self.levels is not None and len(set(self.levels)) < 2:
+            raise ValueError(f"levels must hold at least two distinct concurrencies (one compares nothing), got {self.levels!r}")
         if self.probe_tokens is not None and self.probe_tokens < 1:
             raise ValueError(f"probe_tokens must be a positive integer, got {self.probe_tokens!r}")
 

@@ -149,7 +149,8 @@ class EngineConfig:
     split_kv_min_tokens: int = 16  # "auto": no split shorter than this (the demo's contexts reach 2 splits)
     prefix_attention: str = "cascade"  # control: "cascade" (LSE-merged prefix + chunk) or "one-pass" (SDPA)
     # Decode steps through CUDA graphs (engine/decode_graphs.py): "auto" captures on CUDA at
-    # tensor_parallel 1 and runs eager elsewhere, "on" requires it (CPU: the same static-buffer
+    # tensor_parallel 1 for dense models (the MoE expert loops read routing on the host, which a
+    # capture cannot hold) and runs eager elsewhere, "on" requires it (CPU: the same static-buffer
     # replay without a capture, for tests), "off" is eager (vLLM's --enforce-eager).
     cuda_graphs: str = "auto"
     # Batch sizes a decode step is padded up to (the capture ladder). Empty: vLLM's default ladder
@@ -172,6 +173,8 @@ class EngineConfig:
             raise ValueError(f"gemm_strategy must be one of {', '.join(GEMM_STRATEGIES)}, got {self.gemm_strategy!r}")
         if self.splitk_max_m < 0 or self.splitk_parts < 2 or self.split_kv_min_tokens < 1:
             raise ValueError("splitk_max_m must be >= 0, splitk_parts >= 2 and split_kv_min_tokens >= 1")
+        if self.split_kv_size < 16:
+            raise ValueError(f"split_kv_size must be >= 16 (the decode kernel's smallest key block), got {self.split_kv_size}")
         if self.block_size < 1 or self.chunk_size < 1 or self.max_num_seqs < 1:
             raise ValueError("block_size, chunk_size and max_num_seqs must be >= 1")
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -197,7 +200,8 @@ class EngineConfig:
         ``max_num_seqs`` when graphs may be on, else none (no padding)."""
         if self.cuda_graph_buckets or self.cuda_graphs == "off":
             return self.cuda_graph_buckets
-        if self.cuda_graphs == "auto" and (not self.device.startswith("cuda") or self.tensor_parallel > 1):
+        if self.cuda_graphs == "auto" and (not self.device.startswith("cuda") or self.tensor_parallel > 1
+                                           or self.model.n_experts):  # fmt: skip
             return ()
         return default_ladder(self.max_num_seqs)
 

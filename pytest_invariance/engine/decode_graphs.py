@@ -98,11 +98,15 @@ class DecodeGraphs:
             self._graphs[key] = self._make(b, w)
         self._fill(b, w, ids, pos, slots, tables, ctx)
         graph, out = self._graphs[key]
-        if graph is None:  # no capture (CPU): the same forward over the same buffers
+        if graph is None:  # no capture (CPU, or one CUDA refused): the same forward over the same buffers
             out = self._forward(b, w)
+            if self.capture:
+                self.stats.eager_decode_steps += 1
+            else:
+                self.stats.replays += 1  # the CPU's static-buffer replay
         else:
             graph.replay()
-        self.stats.replays += 1
+            self.stats.replays += 1
         return out[:n]
 
     def info(self) -> dict:

@@ -174,6 +174,7 @@ class Kernels:
         self.kv_heads = kv_heads
         self.invariant = cfg.batch_invariant
         self.units = units or parallel_units(device)
+        self.max_context = max(64, cfg.model.max_position)  # one split holds any context (split_kv="none")
         self.routes: dict[str, str] = {}
         self.implementations: dict[str, str] = {}
         from ..reference_kernels.attention import write_kv  # an exact copy: no reduction to choose
@@ -331,12 +332,15 @@ class Kernels:
     def _split_args(self, m: AttnBatch) -> dict:
         """Default-mode decode split arguments: the count a captured graph fixed, else by policy (no count:
         the heuristic), with the longest context from the host lists (no device read)."""
+        if self.device.type == "cuda" and self.cfg.split_kv != "auto":
+            # The Triton kernel takes the split size itself: "fixed" its size, "none" one split as long
+            # as the context can be (a size from the batch's longest context would change the kernel's
+            # key block below 64 keys, and with it a row's bits, by what else is in the batch).
+            return {"split_size": self.cfg.split_kv_size if self.cfg.split_kv == "fixed" else self.max_context}
         max_len = max(m.ctx_lens[i] for i in m.decode_idx)
         if m.decode_splits is not None:
             return {"splits": m.decode_splits, "max_len": max_len}
         if self.cfg.split_kv == "fixed":
-            if self.device.type == "cuda":
-                return {"split_size": self.cfg.split_kv_size}
             return {"splits": max(1, math.ceil(max_len / self.cfg.split_kv_size)), "max_len": max_len}
         return {"splits": 1 if self.cfg.split_kv == "none" else None, "max_len": max_len}
 

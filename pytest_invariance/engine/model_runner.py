@@ -36,10 +36,10 @@ class StepLogits:
 
 def graphs_wanted(cfg: EngineConfig) -> bool:
     """Whether decode steps go through `DecodeGraphs`: "on" always (CPU: without a capture), "auto"
-    on CUDA at tensor_parallel 1."""
+    on CUDA at tensor_parallel 1 for dense models."""
     if cfg.tensor_parallel > 1 or cfg.cuda_graphs == "off":
         return False
-    return cfg.cuda_graphs == "on" or cfg.device.startswith("cuda")
+    return cfg.cuda_graphs == "on" or (cfg.device.startswith("cuda") and not cfg.model.n_experts)
 
 
 def _plain_decode(it: Scheduled) -> bool:

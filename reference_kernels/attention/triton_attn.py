@@ -426,6 +426,8 @@ def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=Non
         return out
     hkv = k_cache.shape[2]
     page = k_cache.shape[1]
+    if v_cache.shape != k_cache.shape or v_cache.stride() != k_cache.stride() or v_cache.dtype != k_cache.dtype:
+        raise ValueError("v_cache must have k_cache's shape, strides and dtype (the kernel indexes both alike)")
     bt = _i32(block_table, dev)
     # Grid sized from the block table's capacity (no host sync); programs past a
     # sequence's length return at once. A sequence's split count is its own.

@@ -35,6 +35,8 @@ _launcher = Launcher(_reduce_kernel)
 
 def reduce_partials(partials: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """``partials[P, M, N]`` fp32 (contiguous) summed in slice order, plus ``bias[N]``, rounded to ``dtype``."""
+    if partials.dtype != torch.float32 or not partials.is_contiguous():
+        raise ValueError(f"partials must be contiguous fp32 [P, M, N], got {partials.dtype} strides {partials.stride()}")
     parts, m, n = partials.shape
     out = torch.empty((m, n), dtype=dtype, device=partials.device)
     if m * n == 0:

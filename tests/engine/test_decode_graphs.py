@@ -13,7 +13,7 @@ import struct
 import pytest
 import torch
 
-from pytest_invariance.engine.config import EngineConfig, default_ladder
+from pytest_invariance.engine.config import EngineConfig, ModelConfig, default_ladder
 from pytest_invariance.engine.decode_graphs import width_class
 from pytest_invariance.engine.llm import LLM
 from pytest_invariance.engine.sampler import SamplingParams
@@ -87,6 +87,10 @@ def test_ladder_and_width_classes():
         EngineConfig(cuda_graphs="always")
     with pytest.raises(ValueError, match="tensor_parallel 1"):
         EngineConfig(cuda_graphs="on", tensor_parallel=2)
+    with pytest.raises(ValueError, match="split_kv_size"):
+        EngineConfig(split_kv="fixed", split_kv_size=8)
+    moe = ModelConfig(hidden=64, layers=1, heads=4, kv_heads=2, head_dim=16, intermediate=128, n_experts=4, top_k=2)
+    assert EngineConfig(device="cuda", model=moe).graph_ladder == ()  # auto: expert loops read routing on the host
 
 
 @pytest.mark.gpu

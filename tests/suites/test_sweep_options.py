@@ -88,7 +88,8 @@ def test_concurrency_levels_are_taken_as_given(base):
 
 
 @pytest.mark.parametrize("bad", [{"prompts": "bytes"}, {"evidence": "vibes"}, {"probe_tokens": 0},
-                                 {"prefix_lengths": ()}, {"neighbour_tokens": (4, 0)}, {"levels": (0,)}])  # fmt: skip
+                                 {"prefix_lengths": ()}, {"neighbour_tokens": (4, 0)}, {"levels": (0,)},
+                                 {"levels": (8, 8)}])  # fmt: skip
 def test_bad_options_are_refused_with_the_name(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         SweepOptions(**bad)
