@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def main() -> int:
     from bench_engine import MODELS, prompts_for
-    from pytest_invariance.oracles.classes import class_ranges, format_ranges
+    from pytest_invariance.oracles.classes import class_ranges, equivalence_classes, format_ranges
     from pytest_invariance.oracles.verdict import decide
 
     from pytest_invariance import hardware
@@ -58,25 +58,20 @@ def main() -> int:
         for n in sizes:
             c = llm.generate(prompts[:n], params)[0]
             outs[n] = (tuple(c.token_ids), tuple(struct.pack("<d", x) for x in c.logprobs))
-        groups: dict = {}
-        for n in sizes:
-            groups.setdefault(outs[n], []).append(n)
-        classes = sorted(groups.values())
+        classes = equivalence_classes(outs)
         seen[mode] = len(classes) > 1
         info = llm.info()["cuda_graphs"]
-        rows.append((mode, format_ranges(class_ranges(classes)), ladder, info["decode"], info["replays"]))
-        rec_fields = dict(
+        rows.append((mode, dict(
             family="engine", implementation="bundled", oracle="batch-size", mode=mode, quantization="bf16",
             dtype=mcfg.dtype, shape={"model": args.model, "sizes": sizes, "tokens": args.tokens},
             evidence={"equivalence_classes": class_ranges(classes), "ladder": ladder, "decode": info["decode"],
                       "graph_replays": info["replays"], "compared": "token ids and logprob bits of the probe",
                       "capture_errors": info["capture_errors"]},
-        )  # fmt: skip
-        rows[-1] = (*rows[-1], rec_fields)
+        )))  # fmt: skip
         del llm
         gc.collect()
     with open(path, "a", encoding="utf-8") as fh:
-        for mode, _text, _ladder, _dec, _rep, fields in rows:
+        for mode, fields in rows:
             control = None
             if mode == "invariant":
                 control = {"name": "the same engine in default mode", "diverged": seen["default"]}
@@ -87,8 +82,10 @@ def main() -> int:
                               nodeid=f"benchmarks/ladder_classes.py::{args.model}-{args.device}-{mode}", **fields)  # fmt: skip
             fh.write(json.dumps(rec) + "\n")
     print(f"records: {path}")
-    for mode, text, ladder, dec, rep, _ in rows:
-        print(f"{mode:<10} classes {text}   ladder {ladder}   decode: {dec}, {rep} replays")
+    for mode, fields in rows:
+        ev = fields["evidence"]
+        print(f"{mode:<10} classes {format_ranges(ev['equivalence_classes'])}   ladder {ev['ladder']}   "
+              f"decode: {ev['decode']}, {ev['graph_replays']} replays")
     return 0
 
 
