@@ -8,7 +8,7 @@ N, same lengths), controlled by the split-KV mutants. Writes JSONL perf records 
 ``cost`` to $OUT/bench_attention.jsonl and prints a short table last. CUDA only.
 
     python benchmarks/bench_attention.py [--quick]
-    python benchmarks/bench_attention.py --sweep   # candidate tiles: time, HBM fraction, bits vs prefill
+    python benchmarks/bench_attention.py --sweep   # candidate tiles x split sizes: time, HBM fraction, bits
 
 Decode records carry the KV bytes read per second against the device's copy bandwidth measured
 in the same run (``hbm_fraction``), the limit of a memory-bound kernel.
@@ -22,7 +22,7 @@ import os
 import traceback
 
 import torch
-from _common import PerfWriter, bench_ms, cost
+from _common import PerfWriter, bench_graph_ms, bench_ms, cost
 
 HEADS = {"llama3-8b": (32, 8, 128), "mha-32x128": (32, 32, 128)}
 DECODE_CASES = [
@@ -189,28 +189,23 @@ def kv_bytes(heads, b: int, kv: int) -> int:
     return 2 * b * kv * heads[1] * heads[2] * 2  # K and V, bf16
 
 
-# Candidate (block_m, warps, stages). BLOCK_N stays the reference's 64: it fixes a row's arithmetic.
-SWEEP_PREFILL = ((64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 2), (128, 8, 3), (128, 4, 2), (128, 8, 4))
-SWEEP_DECODE = ((64, 4, 2), (64, 4, 3), (64, 4, 4), (64, 8, 2), (64, 8, 3), (16, 4, 3), (16, 4, 4))
+# Candidates: Tiles(block_m, warps, stages, block_n) x split size. The key block and the split size
+# change bits (a different, equally invariant contract), so each (block_n, split) is checked against
+# the (64, 4, 2) prefill at that block and split, and decode against it at the same positions.
+SWEEP_PREFILL = (((64, 4, 3, 64), 1024), ((128, 8, 3, 64), 1024), ((64, 4, 2, 128), 1024), ((128, 8, 2, 128), 1024),
+                 ((128, 8, 3, 128), 1024), ((64, 4, 3, 64), 8192), ((128, 8, 2, 128), 8192))  # fmt: skip
+SWEEP_DECODE = (((64, 4, 3, 64), 1024), ((64, 4, 2, 128), 1024), ((64, 4, 3, 128), 1024), ((64, 8, 2, 128), 1024))
+DECODE_GOALS = ((64, 4096), (1, 32768), (1, 4096))
 
 
-def sweep(writer: PerfWriter) -> list[str]:
-    """Time candidate tiles and check each one's bits: prefill against the current prefill, decode
-    against the current prefill at the same positions (the decode == prefill contract)."""
-    from pytest_invariance.reference_kernels.attention import stock
-    from pytest_invariance.reference_kernels.attention import triton_attn as ta
-
-    heads = HEADS["llama3-8b"]
-    lines = []
-    bw = copy_bandwidth()
-    lines.append(f"device copy bandwidth {bw / 1e9:.0f} GB/s")
-    # Bits: 4 sequences of ragged lengths (tails in every split), every position a query.
+def _ragged(heads):
+    """4 sequences of ragged lengths (tails in every split), every position a query, and the same
+    K/V in a paged cache: the inputs the bits checks compare prefill and decode on."""
     g = torch.Generator(device="cuda").manual_seed(3)
-    lens = [1000, 257, 64, 513]
+    lens = [3000, 1025, 64, 2049]
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     tot = int(cu[-1])
     q, k, v = (_rand((tot, n, heads[2]), g) for n in (heads[0], heads[1], heads[1]))
-    base = ta.prefill_varlen_triton(q, k, v, cu, cu, tiles=ta.Tiles())
     nblk = [-(-n // PAGE) for n in lens]
     kc = torch.zeros((sum(nblk) + 1, PAGE, heads[1], heads[2]), dtype=torch.bfloat16, device="cuda")
     vc = torch.zeros_like(kc)
@@ -223,8 +218,40 @@ def sweep(writer: PerfWriter) -> list[str]:
         kc.view(-1, heads[1], heads[2])[slot] = k[int(cu[i]) : int(cu[i + 1])]
         vc.view(-1, heads[1], heads[2])[slot] = v[int(cu[i]) : int(cu[i + 1])]
         first += nblk[i]
-    last = (cu[1:] - 1).long()
     sl = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    return (q, k, v, cu), (q[(cu[1:] - 1).long()], kc, vc, bt, sl)
+
+
+def _kernel_us(fn, args) -> dict[str, float]:
+    """Device microseconds per call of each kernel ``fn`` launches (torch.profiler, 20 calls)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fn(*args)
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for ev in prof.key_averages():
+        if ev.device_type.name == "CUDA" and ev.count:
+            out[ev.key[:40]] = round(ev.device_time_total / 20, 1)
+    return out
+
+
+def sweep(writer: PerfWriter) -> list[str]:
+    """Time candidate (tiles, split size) pairs and check each one's bits: prefill against the
+    (64, 4, 2) prefill at the same split size, decode against that prefill at the same positions
+    (the decode == prefill contract). Decode is timed eagerly (launches included) and replayed from
+    a CUDA graph; at B=1, KV=32768 the profiler splits it into its two kernels."""
+    from pytest_invariance.reference_kernels.attention import stock
+    from pytest_invariance.reference_kernels.attention import triton_attn as ta
+
+    heads = HEADS["llama3-8b"]
+    lines = []
+    bw = copy_bandwidth()
+    lines.append(f"device copy bandwidth {bw / 1e9:.0f} GB/s")
+    (q, k, v, cu), dec_bits = _ragged(heads)
     pargs = prefill_inputs(heads, 8, 4096)
     flops = _flops("prefill", heads, 8, 4096)
     stock_ms = {}
@@ -237,44 +264,60 @@ def sweep(writer: PerfWriter) -> list[str]:
             except Exception as exc:  # noqa: BLE001 - a backend this build lacks is a result
                 lines.append(f"prefill stock {b_name}: {type(exc).__name__}: {str(exc)[:120]}")
     best = min(stock_ms.values()) if stock_ms else math.nan
-    for t in SWEEP_PREFILL:
+    lines.append(f"prefill B8 S4096 stock: {stock_ms}")
+    bases: dict = {}
+
+    def base(block_n: int, split: int) -> torch.Tensor:
+        if (block_n, split) not in bases:
+            t0 = ta.Tiles(block_n=block_n)
+            bases[block_n, split] = ta.prefill_varlen_triton(q, k, v, cu, cu, tiles=t0, split_size=split)
+        return bases[block_n, split]
+
+    for t, split in SWEEP_PREFILL:
         tiles = ta.Tiles(*t)
         try:
-            same = torch.equal(ta.prefill_varlen_triton(q, k, v, cu, cu, tiles=tiles).view(torch.int16), base.view(torch.int16))
-            fn = lambda *a, tiles=tiles: ta.prefill_varlen_triton(*a, tiles=tiles)  # noqa: E731
+            got = ta.prefill_varlen_triton(q, k, v, cu, cu, tiles=tiles, split_size=split)
+            same = torch.equal(got.view(torch.int16), base(tiles.block_n, split).view(torch.int16))
+            fn = lambda *a, tiles=tiles, split=split: ta.prefill_varlen_triton(*a, tiles=tiles, split_size=split)  # noqa: E731
             fn(*pargs)
             ms = bench_ms(fn, [pargs])
         except Exception as exc:  # noqa: BLE001
-            lines.append(f"prefill {t}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            lines.append(f"prefill {t} split {split}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
             continue
-        lines.append(f"prefill B8 S4096 tiles {t}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s, "
-                     f"x best stock {best / ms:.3f} ({stock_ms}); bits == current prefill: {same}")  # fmt: skip
-        writer.write(case=f"sweep-prefill[{t}]", family="attention-prefill", implementation="reference",
-                     quantization="bf16", dtype="bfloat16", shape={"B": 8, "S": 4096, "tiles": list(t)},
-                     verdict="incomplete", evidence={"bits_equal_current_prefill": same,
+        lines.append(f"prefill B8 S4096 tiles {t} split {split}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s, "
+                     f"x best stock {best / ms:.3f}; bits == (64, 4, 2) prefill: {same}")  # fmt: skip
+        writer.write(case=f"sweep-prefill[{t}-split{split}]", family="attention-prefill", implementation="reference",
+                     quantization="bf16", dtype="bfloat16", shape={"B": 8, "S": 4096, "tiles": list(t), "split": split},
+                     verdict="incomplete", evidence={"bits_equal_prefill_64_4_2": same,
                      "note": "tile candidate: timing and bits only, no batch check"}, cost=cost(
                          ms, best, "fastest SDPA (" + ",".join(stock_ms) + ")", tflops=round(flops / ms / 1e9, 1)))  # fmt: skip
-    for t in SWEEP_DECODE:
+    last = (cu[1:] - 1).long()
+    for t, split in SWEEP_DECODE:
         tiles = ta.Tiles(*t)
         try:
-            got = ta.decode_paged_triton(q[last], kc, vc, bt, sl, tiles=tiles)
-            same = torch.equal(got.view(torch.int16), base[last].view(torch.int16))
+            got = ta.decode_paged_triton(*dec_bits, tiles=tiles, split_size=split)
+            same = torch.equal(got.view(torch.int16), base(tiles.block_n, split)[last].view(torch.int16))
         except Exception as exc:  # noqa: BLE001
-            lines.append(f"decode {t}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            lines.append(f"decode {t} split {split}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
             continue
-        for b, kv in ((64, 4096), (1, 32768), (1, 4096)):
+        for b, kv in DECODE_GOALS:
             dargs = decode_inputs(heads, b, kv)
-            fn = lambda *a, tiles=tiles: ta.decode_paged_triton(*a, tiles=tiles)  # noqa: E731
+            fn = lambda *a, tiles=tiles, split=split: ta.decode_paged_triton(*a, tiles=tiles, split_size=split)  # noqa: E731
             fn(*dargs)
             ms = bench_ms(fn, [dargs])
-            frac = kv_bytes(heads, b, kv) / (ms * 1e-3) / bw
-            lines.append(f"decode B{b} KV{kv} tiles {t}: {ms * 1e3:.1f} us, {frac:.1%} of copy bandwidth; "
-                         f"bits == prefill: {same}")  # fmt: skip
-            writer.write(case=f"sweep-decode[B{b}-{kv}-{t}]", family="attention-decode", implementation="reference",
-                         quantization="bf16", dtype="bfloat16", shape={"B": b, "kv_len": kv, "tiles": list(t)},
-                         verdict="incomplete", evidence={"bits_equal_prefill": same,
-                         "note": "tile candidate: timing and decode == prefill bits only, no batch check"},
-                         cost={"implementation_ms": ms, "hbm_fraction": round(frac, 4), "copy_gbps": round(bw / 1e9)})  # fmt: skip
+            gms = bench_graph_ms(fn, [dargs])
+            frac, gfrac = (kv_bytes(heads, b, kv) / (x * 1e-3) / bw for x in (ms, gms))
+            parts = _kernel_us(fn, dargs) if (b, kv) == (1, 32768) else {}
+            lines.append(f"decode B{b} KV{kv} tiles {t} split {split}: eager {ms * 1e3:.1f} us ({frac:.1%} of copy "
+                         f"bandwidth), graph {gms * 1e3:.1f} us ({gfrac:.1%}); bits == prefill: {same}"
+                         + (f"; kernels (us) {parts}" if parts else ""))  # fmt: skip
+            writer.write(case=f"sweep-decode[B{b}-{kv}-{t}-split{split}]", family="attention-decode",
+                         implementation="reference", quantization="bf16", dtype="bfloat16",
+                         shape={"B": b, "kv_len": kv, "tiles": list(t), "split": split}, verdict="incomplete",
+                         evidence={"bits_equal_prefill": same, "kernels_us": parts,
+                                   "note": "candidate: timing and decode == prefill bits only, no batch check"},
+                         cost={"implementation_ms": ms, "graph_ms": gms, "hbm_fraction": round(frac, 4),
+                               "graph_hbm_fraction": round(gfrac, 4), "copy_gbps": round(bw / 1e9)})  # fmt: skip
             del dargs
         torch.cuda.empty_cache()
     return lines

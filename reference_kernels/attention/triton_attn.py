@@ -11,7 +11,14 @@ One kernel body serves prefill and decode so that both do the same arithmetic:
   each split is walked in ``BLOCK_N`` blocks from its start with a fresh online
   softmax state. Decode walks ``[start, min(end, len))``; a prefill tile walks up
   to its last token's position, and the blocks past a given row's position are
-  exact no-ops for that row (p = 0, rescale factor exp2(0) = 1).
+  exact no-ops for that row (p = 0, rescale factor exp2(0) = 1). The prefill walks
+  every (split, block) in one loop, folding a split when the next one starts, so
+  its loads stay pipelined across split boundaries (one loop per split drained the
+  pipeline every ``SPLIT / BLOCK_N`` blocks).
+- Whole blocks that every live row of a tile sees skip the key masks. A valid
+  score takes the same operations either way (``exp2(fma(s, scale, -max))``, the
+  max taken on raw scores and scaled after, which is exact since rounding is
+  monotone), so a row's bits do not depend on which variant visited a block.
 - Split partials (max in log2 units, sum, unnormalised output) are merged left to
   right by ``_merge`` with explicit FMAs: in registers inside the prefill kernel,
   and by ``_merge_kernel`` for decode, whose splits run as separate programs so
@@ -43,18 +50,20 @@ BLOCK_N = 64
 NUM_WARPS = 4
 NUM_STAGES = 2
 LOG2E = 1.4426950408889634
+MERGE_STAGES = 8  # partial loads in flight per merge program (no effect on bits)
 
 
 @dataclass(frozen=True)
 class Tiles:
-    """Query tile rows, warps and pipeline stages of one launch. ``BLOCK_N`` (the online-softmax step)
-    is not here: it fixes a row's arithmetic and is shared by prefill and decode. These only decide
-    which rows share a program and how loads overlap (``bench_attention.py --sweep`` checks each
-    candidate's bits against the current prefill)."""
+    """Query tile rows, warps and pipeline stages of one launch, and the key block. The first three
+    only decide which rows share a program and how loads overlap. ``block_n`` (the online-softmax
+    step) fixes a row's arithmetic: prefill and decode must use the same one, and results only ever
+    use ``BLOCK_N`` (``bench_attention.py --sweep`` times candidates and checks their bits)."""
 
     block_m: int = BLOCK_M
     num_warps: int = NUM_WARPS
     num_stages: int = NUM_STAGES
+    block_n: int = BLOCK_N
 
 
 PREFILL_TILES = Tiles()
@@ -78,67 +87,127 @@ def _merge(m, lsum, o, mj, lj, oj):
 
 
 @triton.jit
-def _split_partial(
-    q,
-    K,
-    V,
-    BT,
-    seq,
-    kv_start,
-    head_kv,
-    start,
-    end,
-    limit,
-    qk_scale,
-    stride_kt,
-    stride_kh,
-    stride_bt,
-    offs_d,
-    d_mask,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PAGED: tl.constexpr,
-    PAGE: tl.constexpr,
-    IEEE: tl.constexpr,
-):
-    """Online softmax over keys ``[start, end)`` of one split; rows see keys ``< limit``."""
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for n0 in range(start, end, BLOCK_N):
-        kpos = n0 + tl.arange(0, BLOCK_N)
-        kmask = kpos < end
-        if PAGED:
+def _fold(m, lsum, o, m_i, l_i, acc, prev, limit):
+    """Fold the finished split that starts at key ``prev`` into the running total: the first split
+    is taken as it is, a later one merged into the rows that see any of its keys."""
+    if prev == 0:
+        m, lsum, o = m_i, l_i, acc
+    else:
+        mn, ln, on = _merge(m, lsum, o, m_i, l_i, acc)
+        present = limit > prev
+        m = tl.where(present, mn, m)
+        lsum = tl.where(present, ln, lsum)
+        o = tl.where(present[:, None], on, o)
+    return m, lsum, o
+
+
+@triton.jit
+def _step(
+    q, K, V, BT, seq, kv_start, head_kv, n0, end, limit, qk_scale, m_i, l_i, acc,
+    stride_kt, stride_kh, stride_bt, offs_d, d_mask,
+    BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr,
+    EVEN_D: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """One online-softmax step over keys ``[n0, n0 + BLOCK_N)``; rows see keys ``< min(limit, end)``.
+
+    ``MASKED=False`` only for a block that every live row of the tile sees whole: it skips the key
+    masks, nothing else. A valid score takes the same operations in both variants (the row max is
+    taken on the raw scores and scaled after: rounding is monotone, so that is the max of the
+    scaled scores; then ``exp2(fma(s, scale, -max))``), so a row's bits do not depend on which
+    variant visited a block, nor on which other rows share its tile.
+    """
+    kpos = n0 + tl.arange(0, BLOCK_N)
+    kmask = kpos < end
+    if PAGED:
+        if MASKED:
             blk = tl.load(BT + seq * stride_bt + kpos // PAGE, mask=kmask, other=0)
-            slot = blk.to(tl.int64) * PAGE + kpos % PAGE
         else:
-            slot = (kv_start + kpos).to(tl.int64)
-        ptrs = slot[:, None] * stride_kt + head_kv * stride_kh + offs_d[None, :]
+            blk = tl.load(BT + seq * stride_bt + kpos // PAGE)
+        slot = blk.to(tl.int64) * PAGE + kpos % PAGE
+    else:
+        slot = (kv_start + kpos).to(tl.int64)
+    ptrs = slot[:, None] * stride_kt + head_kv * stride_kh + offs_d[None, :]
+    if MASKED:
         lmask = kmask[:, None] & d_mask[None, :]
         k = tl.load(K + ptrs, mask=lmask, other=0.0)
         v = tl.load(V + ptrs, mask=lmask, other=0.0)
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = s * qk_scale
+    elif EVEN_D:
+        k = tl.load(K + ptrs)
+        v = tl.load(V + ptrs)
+    else:
+        k = tl.load(K + ptrs, mask=d_mask[None, :], other=0.0)
+        v = tl.load(V + ptrs, mask=d_mask[None, :], other=0.0)
+    if IEEE:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))
+    if MASKED:
         # Keys past the split's end load as zeros and must be masked too (a split that
         # the block does not tile; for tiled splits they lie past every row's limit anyway).
         valid = (kpos[None, :] < limit[:, None]) & kmask[None, :]
         s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
-        l_i = tl.fma(l_i, alpha, tl.sum(p, 1))
-        acc = acc * alpha[:, None]
-        if IEEE:
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_new
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(tl.fma(s, qk_scale, -m_use[:, None]))
+    l_i = tl.fma(l_i, alpha, tl.sum(p, 1))
+    acc = acc * alpha[:, None]
+    if IEEE:
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _split_partial(
+    q, K, V, BT, seq, kv_start, head_kv, start, end, safe, limit, qk_scale,
+    stride_kt, stride_kh, stride_bt, offs_d, d_mask,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PAGED: tl.constexpr,
+    PAGE: tl.constexpr, IEEE: tl.constexpr, EVEN_D: tl.constexpr,
+):  # fmt: skip
+    """Online softmax over keys ``[start, end)`` of one split (decode): the whole blocks below
+    ``safe`` (every live row's limit) unmasked, the rest masked."""
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    mid = start + tl.maximum(tl.minimum(end, safe) - start, 0) // BLOCK_N * BLOCK_N
+    for n0 in range(start, mid, BLOCK_N):
+        m_i, l_i, acc = _step(
+            q, K, V, BT, seq, kv_start, head_kv, n0, end, limit, qk_scale, m_i, l_i, acc,
+            stride_kt, stride_kh, stride_bt, offs_d, d_mask, BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, False,
+        )  # fmt: skip
+    for n0 in range(mid, end, BLOCK_N):
+        m_i, l_i, acc = _step(
+            q, K, V, BT, seq, kv_start, head_kv, n0, end, limit, qk_scale, m_i, l_i, acc,
+            stride_kt, stride_kh, stride_bt, offs_d, d_mask, BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, True,
+        )  # fmt: skip
     return m_i, l_i, acc
+
+
+@triton.jit
+def _flat_step(
+    it, bps, q, K, V, BT, seq, kv_start, head_kv, tile_limit, limit, qk_scale, SPLIT,
+    m, lsum, o, m_i, l_i, acc, stride_kt, stride_kh, stride_bt, offs_d, d_mask,
+    BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr,
+    EVEN_D: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """Iteration ``it`` of the prefill's one loop over every (split, block): block ``j`` of split
+    ``sp``; the first block of a split folds the one before it and starts a fresh state."""
+    sp = it // bps
+    j = it - sp * bps
+    start = sp * SPLIT
+    if j == 0 and sp > 0:
+        m, lsum, o = _fold(m, lsum, o, m_i, l_i, acc, start - SPLIT, limit)
+        m_i = tl.full(m_i.shape, float("-inf"), tl.float32)
+        l_i = tl.zeros(l_i.shape, tl.float32)
+        acc = tl.zeros(acc.shape, tl.float32)
+    end = tl.minimum(start + SPLIT, tile_limit)
+    m_i, l_i, acc = _step(
+        q, K, V, BT, seq, kv_start, head_kv, start + j * BLOCK_N, end, limit, qk_scale, m_i, l_i, acc,
+        stride_kt, stride_kh, stride_bt, offs_d, d_mask, BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, MASKED,
+    )  # fmt: skip
+    return m, lsum, o, m_i, l_i, acc
 
 
 @triton.jit
@@ -176,6 +245,7 @@ def _attn_kernel(
     PAGE: tl.constexpr,
     DECODE: tl.constexpr,
     IEEE: tl.constexpr,
+    EVEN_D: tl.constexpr,
 ):
     tile = tl.program_id(0)
     head_kv = tl.program_id(1)
@@ -196,6 +266,7 @@ def _attn_kernel(
         limit = tl.where(row_ok, kvl, 0)
     limit = tl.minimum(limit, kvl)
     tile_limit = tl.max(limit, 0)
+    safe = tl.min(tl.where(row_ok, limit, tile_limit), 0)  # every live row sees the keys below this
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < D
     q_ptrs = Q + (q0 + tok).to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
@@ -206,33 +277,43 @@ def _attn_kernel(
         if start < tile_limit:
             end = tl.minimum(start + SPLIT, tile_limit)
             mj, lj, oj = _split_partial(
-                q, K, V, BT, seq, k0, head_kv, start, end, limit, qk_scale,
+                q, K, V, BT, seq, k0, head_kv, start, end, safe, limit, qk_scale,
                 stride_kt, stride_kh, stride_bt, offs_d, d_mask,
-                BLOCK_M, BLOCK_N, BLOCK_D, PAGED, PAGE, IEEE,
+                BLOCK_M, BLOCK_N, BLOCK_D, PAGED, PAGE, IEEE, EVEN_D,
             )  # fmt: skip
             pidx = ((q0 + tok).to(tl.int64) * H_Q + head) * stride_ps + sp
             tl.store(Mp + pidx, mj, mask=row_ok)
             tl.store(Lp + pidx, lj, mask=row_ok)
             tl.store(Op + pidx[:, None] * D + offs_d[None, :], oj, mask=row_ok[:, None] & d_mask[None, :])
     else:
-        end0 = tl.minimum(SPLIT, tile_limit)
-        m, lsum, o = _split_partial(
-            q, K, V, BT, seq, k0, head_kv, 0, end0, limit, qk_scale,
-            stride_kt, stride_kh, stride_bt, offs_d, d_mask,
-            BLOCK_M, BLOCK_N, BLOCK_D, PAGED, PAGE, IEEE,
-        )  # fmt: skip
-        for start in range(SPLIT, tile_limit, SPLIT):
-            end = tl.minimum(start + SPLIT, tile_limit)
-            mj, lj, oj = _split_partial(
-                q, K, V, BT, seq, k0, head_kv, start, end, limit, qk_scale,
-                stride_kt, stride_kh, stride_bt, offs_d, d_mask,
-                BLOCK_M, BLOCK_N, BLOCK_D, PAGED, PAGE, IEEE,
+        # One loop over every (split, block) up to the tile's last key, so loads stay pipelined
+        # across split boundaries; the same blocks, in the same order, as one loop per split.
+        bps = tl.cdiv(SPLIT, BLOCK_N)
+        n_full = tile_limit // SPLIT
+        n_iter = n_full * bps + tl.cdiv(tile_limit - n_full * SPLIT, BLOCK_N)
+        # Unmasked iterations first: whole blocks below ``safe`` (iteration i is block i when the
+        # block tiles the split; otherwise every block is masked).
+        n_safe = tl.where(SPLIT % BLOCK_N == 0, tl.minimum(safe // BLOCK_N, n_iter), 0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        lsum = tl.zeros([BLOCK_M], tl.float32)
+        o = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        for it in range(0, n_safe):
+            m, lsum, o, m_i, l_i, acc = _flat_step(
+                it, bps, q, K, V, BT, seq, k0, head_kv, tile_limit, limit, qk_scale, SPLIT,
+                m, lsum, o, m_i, l_i, acc, stride_kt, stride_kh, stride_bt, offs_d, d_mask,
+                BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, False,
             )  # fmt: skip
-            mn, ln, on = _merge(m, lsum, o, mj, lj, oj)
-            present = limit > start
-            m = tl.where(present, mn, m)
-            lsum = tl.where(present, ln, lsum)
-            o = tl.where(present[:, None], on, o)
+        for it in range(n_safe, n_iter):
+            m, lsum, o, m_i, l_i, acc = _flat_step(
+                it, bps, q, K, V, BT, seq, k0, head_kv, tile_limit, limit, qk_scale, SPLIT,
+                m, lsum, o, m_i, l_i, acc, stride_kt, stride_kh, stride_bt, offs_d, d_mask,
+                BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, True,
+            )  # fmt: skip
+        last = tl.maximum(n_iter - 1, 0) // bps * SPLIT
+        m, lsum, o = _fold(m, lsum, o, m_i, l_i, acc, last, limit)
         has = lsum > 0
         out = tl.where(has[:, None], o / tl.where(has, lsum, 1.0)[:, None], 0.0)
         o_ptrs = (
@@ -254,31 +335,29 @@ def _merge_kernel(
     H_Q,
     D,
     SPLIT,
-    GP: tl.constexpr,
-    G: tl.constexpr,
     BLOCK_D: tl.constexpr,
     MERGE_STAGES: tl.constexpr,
 ):
-    """Merge the decode partials of one (sequence, KV head group) left to right."""
+    """Merge the decode partials of one (sequence, query head) left to right.
+
+    One row per program: a fold is one row's arithmetic, so how rows are grouped into programs
+    changes no bits, and a single long sequence still has ``H_Q`` programs loading ahead."""
     b = tl.program_id(0)
-    head_kv = tl.program_id(1)
-    g = tl.arange(0, GP)
-    g_ok = g < G
-    head = head_kv * G + g
+    head = tl.program_id(1) + tl.arange(0, 1)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < D
     kvl = tl.load(kv_len + b)
     n_splits = (kvl + SPLIT - 1) // SPLIT
     base = (b.to(tl.int64) * H_Q + head) * stride_ps
-    om = g_ok[:, None] & d_mask[None, :]
-    m = tl.load(Mp + base, mask=g_ok, other=0.0)
-    lsum = tl.load(Lp + base, mask=g_ok, other=1.0)
+    om = d_mask[None, :]
+    m = tl.load(Mp + base)
+    lsum = tl.load(Lp + base)
     o = tl.load(Op + base[:, None] * D + offs_d[None, :], mask=om, other=0.0)
     # Software-pipelined: the loads of later splits do not depend on the fold, only the fold on
     # them, so they are issued ahead (same fold, same order: the arithmetic is unchanged).
     for sp in tl.range(1, n_splits, num_stages=MERGE_STAGES):
-        mj = tl.load(Mp + base + sp, mask=g_ok, other=0.0)
-        lj = tl.load(Lp + base + sp, mask=g_ok, other=1.0)
+        mj = tl.load(Mp + base + sp)
+        lj = tl.load(Lp + base + sp)
         oj = tl.load(Op + (base + sp)[:, None] * D + offs_d[None, :], mask=om, other=0.0)
         m, lsum, o = _merge(m, lsum, o, mj, lj, oj)
     has = lsum > 0
@@ -287,7 +366,7 @@ def _merge_kernel(
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=om)
 
 
-def _block_n(split: int) -> int:
+def _block_n(split: int, block_n: int = BLOCK_N) -> int:
     """Key block: BLOCK_N, or the largest power of two <= the split when smaller (tiny test splits).
 
     A split that the block does not tile still works (its last block is masked):
@@ -295,7 +374,7 @@ def _block_n(split: int) -> int:
     """
     if split < 16:
         raise ValueError(f"split size {split} must be >= 16")
-    return min(BLOCK_N, 1 << (split.bit_length() - 1))
+    return min(block_n, 1 << (split.bit_length() - 1))
 
 
 def _next_pow2(n: int) -> int:
@@ -310,6 +389,8 @@ def _common(q: torch.Tensor, hkv: int, scale: float | None, block_m: int = BLOCK
     if block_m % g:
         raise ValueError(f"GQA group {g} must divide BLOCK_M={block_m}")
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+    if not sc > 0:  # the row max is taken on unscaled scores: exact only for a positive scale
+        raise ValueError(f"softmax scale must be positive, got {sc}")
     return g, d, sc * LOG2E, max(16, _next_pow2(d))
 
 
@@ -328,7 +409,7 @@ def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, pa
                     tiles: Tiles | None = None):  # fmt: skip
     t = tiles or PREFILL_TILES
     g, d, qk_scale, block_d = _common(q, k.shape[-2], scale, t.block_m)
-    blk_n = _block_n(split)
+    blk_n = _block_n(split, t.block_n)
     q = q.contiguous()
     out = torch.empty_like(q)
     if q.shape[0] == 0:
@@ -342,7 +423,7 @@ def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, pa
         q_start, len_q, kv_start, kv_len, qk_scale,
         q.stride(0), q.stride(1), k.stride(-3), k.stride(-2), bt.stride(0), 0, q.shape[1], d, split,
         G=g, BLOCK_M=t.block_m, BLOCK_N=blk_n, BLOCK_D=block_d, CAUSAL=causal,
-        PAGED=paged, PAGE=page, DECODE=False, IEEE=q.dtype == torch.float32,
+        PAGED=paged, PAGE=page, DECODE=False, IEEE=q.dtype == torch.float32, EVEN_D=block_d == d,
         num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     return out
@@ -417,7 +498,7 @@ def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=Non
     if t.block_m % max(1, q.shape[1] // k_cache.shape[2]):  # a tile holds whole tokens' G rows
         t = Tiles()
     g, d, qk_scale, block_d = _common(q, k_cache.shape[2], scale, t.block_m)
-    blk_n = _block_n(split_size)
+    blk_n = _block_n(split_size, t.block_n)
     dev = q.device
     q = q.contiguous()
     b, hq, _ = q.shape
@@ -446,8 +527,9 @@ def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=Non
         q, k_cache, v_cache, bt, out, mp, lp, op, ar, zeros, ar, ones, zeros, lens, qk_scale,
         q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), bt.stride(0), max_splits, hq, d, split_size),
         {"G": g, "BLOCK_M": t.block_m, "BLOCK_N": blk_n, "BLOCK_D": block_d, "CAUSAL": True,
-         "PAGED": True, "PAGE": page, "DECODE": True, "IEEE": q.dtype == torch.float32}, opts)  # fmt: skip
-    _launch(_merge_kernel, key, (b, hkv), (
+         "PAGED": True, "PAGE": page, "DECODE": True, "IEEE": q.dtype == torch.float32,
+         "EVEN_D": block_d == d}, opts)  # fmt: skip
+    _launch(_merge_kernel, key, (b, hq), (
         out, mp, lp, op, lens, q.stride(0), q.stride(1), max_splits, hq, d, split_size),
-        {"GP": _next_pow2(g), "G": g, "BLOCK_D": block_d, "MERGE_STAGES": 4}, {"num_warps": 1})  # fmt: skip
+        {"BLOCK_D": block_d, "MERGE_STAGES": MERGE_STAGES}, {"num_warps": 1})  # fmt: skip
     return out
