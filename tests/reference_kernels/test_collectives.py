@@ -199,3 +199,16 @@ def test_cuda_rows_are_registered_and_the_suite_skips_them_without_cuda():
     assert {p.values[1] for p in params if p.id in gpu} >= set(STOCK_ROWS) | {"torch-symm-mem"}
     if not torch.cuda.is_available():
         assert suite._cuda_worlds() == []
+
+
+def test_rank_side_timing_runs_every_case_through_a_pool(four):
+    """What bench_allreduce ships to each rank: catalogue lookup in the rank, a seeded message, one
+    time per call (host clock on gloo; CUDA events on NCCL ranks, not reachable here)."""
+    from functools import partial
+
+    from pytest_invariance.reference_kernels.collectives.timing import time_all_reduce
+
+    for name in ("torch-gloo", "reference"):
+        fn = partial(time_all_reduce, implementation=name, tokens=3, hidden=8, iters=4, warmup=1)
+        outs = four.run(fn, 2, [[torch.zeros(1)]] * 2)
+        assert [o.shape for o in outs] == [(4,), (4,)] and all(bool((o > 0).all()) for o in outs), name
