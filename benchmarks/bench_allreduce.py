@@ -40,14 +40,6 @@ def _cases() -> list[tuple[str, str]]:
     return sorted(rows, key=lambda r: (r[0] != BASELINE, r[1] != DEFAULT))
 
 
-def _nccl_version(torch) -> str | None:
-    try:
-        v = torch.cuda.nccl.version()
-    except (AttributeError, RuntimeError):
-        return None
-    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-
-
 def _measure(pool, world: int, name: str, tokens: int, iters: int, warmup: int) -> tuple[float, list[float]]:
     """(max over ranks of each rank's median ms, the per-rank medians) of one case."""
     import torch
@@ -70,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from pytest_invariance.reference_kernels.collectives import symm_mem
     from pytest_invariance.reference_kernels.collectives.group import RankPool
-    from pytest_invariance.reference_kernels.collectives.nccl_configs import CONFIGS
+    from pytest_invariance.reference_kernels.collectives.nccl_configs import CONFIGS, nccl_version
 
     gpus = torch.cuda.device_count()
     if gpus == 0:
@@ -111,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                     shape = {"tokens": t, "hidden": HIDDEN, "world_size": world}
                     case = f"allreduce[{name}-T{t}-H{HIDDEN}-w{world}]"
                     extra = {"nccl_config": cfg_name, "nccl_env": cfg.environment(),
-                             "nccl_version": _nccl_version(torch), "note": NOTE}  # fmt: skip
+                             "nccl_version": nccl_version(), "note": NOTE}  # fmt: skip
                     try:
                         ms, medians = _measure(pool, world, name, t, args.iters, args.warmup)
                     except (RuntimeError, TimeoutError) as exc:

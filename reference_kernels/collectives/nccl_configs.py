@@ -95,6 +95,18 @@ def pool_config(implementation: str) -> NcclConfig:
     return CONFIGS[STOCK_ROWS.get(implementation, DEFAULT)]
 
 
+def nccl_version() -> str | None:
+    """The NCCL torch was built with (``"2.27.3"``), None where torch has no NCCL: recorded beside
+    each verdict, since the ``allreduce:tree`` syntax needs 2.24 or later."""
+    import torch
+
+    try:
+        v = torch.cuda.nccl.version()
+    except (AttributeError, RuntimeError):
+        return None
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
 def config(name: str) -> NcclConfig:
     """The configuration called ``name``; ValueError naming the known ones otherwise."""
     if name not in CONFIGS:

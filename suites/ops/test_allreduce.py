@@ -124,14 +124,6 @@ def nccl_pools():
         pool.close()
 
 
-def _nccl_version() -> str | None:
-    try:
-        v = torch.cuda.nccl.version()
-    except (AttributeError, RuntimeError):
-        return None
-    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-
-
 def _unsupported(invariance, name: str, dtype_name: str, oracle: str, reason: str, shape: dict) -> None:
     from pytest_invariance.oracles.verdict import UNSUPPORTED
 
@@ -154,7 +146,7 @@ def _setting(device: str, name: str, request, invariance, dtype_name: str, oracl
         sizes = POSITION_SIZES if oracle == "batch-position" else SIZES
         return ranks, WORLD, WORLD_SIZES, H, sizes, {"device": "cpu", "backend": "gloo"}, None
     from pytest_invariance.reference_kernels.collectives import symm_mem
-    from pytest_invariance.reference_kernels.collectives.nccl_configs import pool_config
+    from pytest_invariance.reference_kernels.collectives.nccl_configs import nccl_version, pool_config
 
     worlds = _cuda_worlds()
     shape = {"H": CUDA_H, "world_size": worlds}
@@ -168,7 +160,7 @@ def _setting(device: str, name: str, request, invariance, dtype_name: str, oracl
     cfg = pool_config(name)
     world = max(worlds)
     extra = {"device": "cuda", "backend": "nccl", "nccl_config": cfg.name, "nccl_env": cfg.environment(),
-             "nccl_version": _nccl_version(), "gpus": torch.cuda.device_count()}  # fmt: skip
+             "nccl_version": nccl_version(), "gpus": torch.cuda.device_count()}  # fmt: skip
     blind = None
     if world < MIN_DIVERGENT_WORLD:
         blind = (f"{world} rank(s): each element is at most one addition, which commutes, so neither the"

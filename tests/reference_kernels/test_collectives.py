@@ -212,3 +212,16 @@ def test_rank_side_timing_runs_every_case_through_a_pool(four):
         fn = partial(time_all_reduce, implementation=name, tokens=3, hidden=8, iters=4, warmup=1)
         outs = four.run(fn, 2, [[torch.zeros(1)]] * 2)
         assert [o.shape for o in outs] == [(4,), (4,)] and all(bool((o > 0).all()) for o in outs), name
+
+
+def test_one_rank_can_only_be_vacuous_never_invariant():
+    """What the CUDA suite gets on one GPU: the ring control cannot diverge with one rank, so even
+    the reference (bitwise equal at every size) is ``vacuous``, never a claimed ``invariant``."""
+    inv = Invariance(Settings(run_id="test-collectives"), nodeid="one-rank")
+    with RankPool(1, (1,), call_timeout=30.0) as one:
+        for fn in (reference.fixed_order_all_reduce, stock.gloo_all_reduce):
+            rec = inv.check(rows_fn(one, fn, 1), lambda seed: rows_pool(9, (1, 16), seed, torch.bfloat16),
+                            oracle="batch-size", family="allreduce", implementation=fn.__name__,
+                            control=rows_fn(one, ring.ring_all_reduce, 1), control_name="mutant:ring-channels",
+                            expect="measure", batch_sizes=[1, 2, 3, 9])  # fmt: skip
+            assert rec["verdict"] == "vacuous" and rec["control"]["diverged"] is False, fn.__name__
