@@ -12,7 +12,8 @@ Groups, each registered at most once per process by :func:`register_builtin`:
 - ``gemm``: ``matmul`` and ``fp8-gemm``;
 - ``attention``: ``attention-prefill`` and ``attention-decode``;
 - ``moe``: ``moe-router`` and ``moe-experts``;
-- ``collectives``: ``allreduce`` (gloo process groups on CPU; run through ``collectives.group``).
+- ``collectives``: ``allreduce`` (gloo process groups on CPU, NCCL on CUDA under each named
+  configuration of ``collectives.nccl_configs``; run through ``collectives.group``).
 
 Call signatures per family are in ``registry``'s docstring and the family modules.
 """
@@ -161,16 +162,22 @@ def _moe() -> None:
 
 
 def _collectives() -> None:
-    from .collectives import reference, stock
+    from .collectives import nccl_configs, reference, stock, symm_mem
     from .mutants.ring_allreduce import CHANNEL_BYTES, ring_all_reduce
 
-    cpu = ("cpu",)
+    cpu, cuda, both = ("cpu",), ("cuda",), ("cpu", "cuda")
     _stock("allreduce", "torch-gloo", stock.gloo_all_reduce, "dist.all_reduce(SUM) on gloo, local parts summed first", cpu)
     _stock("allreduce", "torch-gloo-rs-ag", stock.reduce_scatter_all_gather,
            "gloo reduce-scatter then all-gather of the flat message (sequence-parallel split)", cpu)  # fmt: skip
-    register("allreduce", "reference", reference.fixed_order_all_reduce, role="reference", devices=cpu,
+    for name, cfg in nccl_configs.STOCK_ROWS.items():  # one pool of ranks per configuration
+        _stock("allreduce", name, stock.nccl_all_reduce,
+               f"dist.all_reduce(SUM) on NCCL ranks started under {cfg}: {nccl_configs.CONFIGS[cfg].why}", cuda)  # fmt: skip
+    if symm_mem.unavailable() is None:  # otherwise the suite records the reason as unsupported
+        _stock("allreduce", symm_mem.NAME, symm_mem.symm_mem_all_reduce,
+               "torch symmetric memory: local sum copied to a rendezvoused buffer, one_shot_all_reduce", cuda)  # fmt: skip
+    register("allreduce", "reference", reference.fixed_order_all_reduce, role="reference", devices=both,
              description="all-gather every rank's parts, sum in global rank order in fp32, round once")  # fmt: skip
-    register("allreduce", "mutant:ring-channels", ring_all_reduce, role="mutant", devices=cpu,
+    register("allreduce", "mutant:ring-channels", ring_all_reduce, role="mutant", devices=both,
              description=f"send/recv ring, channels x world chunks, channels from message bytes {CHANNEL_BYTES}")  # fmt: skip
 
 

@@ -5,7 +5,7 @@
 # logs into $OUT/logs-TIME-PID.tar.gz and print a short table last.
 #   [WORKERS=n] bash scripts/gpu_run.sh [--profile quick|full] PHASE[:SECONDS]...
 # PHASE:SECONDS overrides that phase's time limit (e.g. matmul:540 for the full profile).
-# Phases: env unit launch-tests matmul fp8 rowops attention attention-decode attention-stock moe bench-gemm sweep-decode sweep-large bench-rowops bench-launch bench-attention attention-sweep ladder bench-moe engine engine-eager e2e
+# Phases: env unit launch-tests matmul fp8 rowops attention attention-decode attention-stock moe allreduce bench-allreduce bench-gemm sweep-decode sweep-large bench-rowops bench-launch bench-attention attention-sweep ladder bench-moe engine engine-eager e2e
 set -u
 PROFILE=quick
 if [ "${1:-}" = "--profile" ]; then PROFILE=$2; shift 2; fi
@@ -45,6 +45,7 @@ for arg in "$@"; do
   case $p in
     env) phase env "${LIMIT:-60}" python3 -c "import torch, triton; p = torch.cuda.get_device_properties(0); print(torch.__version__, triton.__version__, p.name, p.multi_processor_count, torch.version.cuda)";;
     moe) phase moe "${LIMIT:-100}" "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
+    allreduce) phase allreduce "${LIMIT:-400}" "${PYT[@]}" suites/ops/test_allreduce.py -m gpu;;
     rowops) phase rowops "${LIMIT:-150}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;
     matmul) phase matmul "${LIMIT:-200}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_matmul.py -m gpu;;
     fp8) phase fp8 "${LIMIT:-200}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_fp8.py -m gpu;;
@@ -54,6 +55,7 @@ for arg in "$@"; do
     launch-tests) phase launch-tests "${LIMIT:-90}" "${PYT[@]}" tests/reference_kernels/test_launch.py tests/engine/test_decode_graphs.py -m gpu;;
     unit) phase unit "${LIMIT:-120}" "${PYT[@]}" tests -m gpu;;
     bench-moe) phase bench-moe "${LIMIT:-150}" python3 benchmarks/bench_moe.py;;
+    bench-allreduce) phase bench-allreduce "${LIMIT:-300}" python3 benchmarks/bench_allreduce.py --out "$WORK";;
     bench-rowops) phase bench-rowops "${LIMIT:-90}" python3 benchmarks/bench_rowops.py --out "$WORK";;
     bench-gemm) phase bench-gemm "${LIMIT:-150}" python3 benchmarks/bench_gemm.py --out "$WORK";;
     sweep-decode) phase sweep-decode "${LIMIT:-120}" python3 benchmarks/bench_gemm.py --sweep-decode;;

@@ -1,4 +1,4 @@
-"""Family ``allreduce``: collectives over a real ``torch.distributed`` process group (gloo on CPU).
+"""Family ``allreduce``: collectives over a real ``torch.distributed`` process group (gloo on CPU, NCCL on CUDA).
 
 Signature of every implementation, called on each rank of ``group`` at once::
 
@@ -12,6 +12,9 @@ world size, and an all-reduce that wants to be world-size invariant must be free
 contribution in one global order. Stock kernels pre-sum locally and reduce that, as a row-parallel
 layer's local GEMM does. Rows on dim 1 are the batch (the message is ``M x H`` elements).
 
-Modules: ``stock`` (gloo ``all_reduce``; reduce-scatter + all-gather), ``reference`` (all-gather,
-then one fixed order), ``group`` (spawned ranks that run any of them; harness plumbing).
+Modules: ``stock`` (``dist.all_reduce`` on gloo or NCCL; reduce-scatter + all-gather),
+``reference`` (all-gather, then one fixed order), ``symm_mem`` (torch's symmetric-memory one-shot
+all-reduce, CUDA), ``nccl_configs`` (the named NCCL environments engines pin), ``group`` (spawned
+ranks that run any of them) and ``timing`` (rank-side timing for the benchmark); the last two are
+harness plumbing.
 """

@@ -1,20 +1,27 @@
-"""Ranks that stay up: ``world`` spawned processes in one gloo process group, each on its own queue.
+"""Ranks that stay up: ``world`` spawned processes in one process group, each on its own queue.
 
 Why a pool: spawning ranks and joining a process group costs seconds on a 2-core machine, and an
 oracle calls its subject dozens of times, so the ranks are started once and each call only ships
 the inputs. Every rank also joins subgroups of the first 1, 2, ... ranks, so one pool of 4 serves
 TP1, TP2 and TP4 (ranks outside a call's group sit idle).
 
-Every wait is bounded: start-up, each call (``call_timeout``; gloo's own collective timeout is
+Every wait is bounded: start-up, each call (``call_timeout``; the group's own collective timeout is
 twice that, so the caller's deadline fires first and a stuck rank still frees itself), and shutdown (a polite stop, then terminate, then kill). A rank that stalls, raises
 or dies makes the call raise (``TimeoutError`` / ``RuntimeError``, one line naming the rank) and
 closes the pool, since the group's state is then unknown; :meth:`RankPool.restart` brings up a
 fresh one. Ranks bind 127.0.0.1 only (``GLOO_SOCKET_IFNAME=lo``, a file store, no TCP rendezvous)
 and exit on their own when the process that started them is gone.
+
+Backends: ``gloo`` (CPU tensors, the default) or ``nccl``: rank ``r`` owns ``cuda:r``, inputs still
+travel as packed bytes and are moved to the rank's GPU in the rank, outputs come back to CPU
+before packing. A pool's ``env`` is set in every rank before its process group starts, which is
+the only time NCCL reads its variables (``nccl_configs`` names the engines' pinnings); an NCCL
+pool always has NVLink multicast off.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import multiprocessing as mp
 import os
@@ -23,13 +30,14 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 
 import torch
 
 Packed = tuple[str, tuple[int, ...], bytes]
 POLL_S = 0.5  # how often an idle rank checks that its parent is alive
+BACKENDS = ("gloo", "nccl")
 
 
 def pack(t: torch.Tensor) -> Packed:
@@ -46,15 +54,32 @@ def unpack(p: Packed) -> torch.Tensor:
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(shape)
 
 
-def _worker(rank: int, world: int, store: str, sizes: tuple[int, ...], timeout_s: float, inq, outq) -> None:
+def _init_group(backend: str, rank: int, world: int, store: str, timeout_s: float):
+    """Join the process group; for NCCL bind ``cuda:rank`` first. The rank's device (None: CPU)."""
+    import torch.distributed as dist
+
+    kw: dict = {}
+    device = None
+    if backend == "nccl":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+        if "device_id" in inspect.signature(dist.init_process_group).parameters:
+            kw["device_id"] = device  # eager communicator: a bad GPU fails at start, not mid-check
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s), **kw)  # fmt: skip
+    return device
+
+
+def _worker(rank: int, world: int, store: str, sizes: tuple[int, ...], timeout_s: float, inq, outq,
+            backend: str = "gloo", env: Mapping[str, str] | None = None) -> None:  # fmt: skip
     """One rank: join the group and its subgroups, then run ``fn(*args, group=...)`` per message."""
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    os.environ.update(env or {})  # before the group exists: NCCL reads its variables once, at init
     torch.set_num_threads(1)
     import torch.distributed as dist
 
     try:
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=timeout_s))  # fmt: skip
+        device = _init_group(backend, rank, world, store, timeout_s)
         # every rank creates every subgroup, in the same order (new_group is collective)
         groups = {w: dist.group.WORLD if w == world else dist.new_group(list(range(w))) for w in sizes}
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
@@ -73,15 +98,16 @@ def _worker(rank: int, world: int, store: str, sizes: tuple[int, ...], timeout_s
             break
         task, fn, w, args = msg
         try:
-            out = fn(*[unpack(a) for a in args], group=groups[w])
-            outq.put((task, rank, True, pack(out)))
+            tensors = [unpack(a) if device is None else unpack(a).to(device) for a in args]
+            out = fn(*tensors, group=groups[w])
+            outq.put((task, rank, True, pack(out.cpu())))  # .cpu() waits for the GPU's work
         except Exception as exc:  # noqa: BLE001 - a kernel's error is the call's evidence
             outq.put((task, rank, False, f"{type(exc).__name__}: {exc}"))
     # no destroy_process_group(): it waits on the other ranks, and the process ends here anyway
 
 
 class RankPool:
-    """``world`` ranks of a gloo group, with subgroups of the first ``w`` ranks for ``w`` in ``sizes``."""
+    """``world`` ranks of a gloo or NCCL group, with subgroups of the first ``w`` ranks for ``w`` in ``sizes``."""
 
     def __init__(
         self,
@@ -90,9 +116,22 @@ class RankPool:
         *,
         start_timeout: float = 180.0,
         call_timeout: float = 30.0,
+        backend: str = "gloo",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if world < 1 or any(not 1 <= w <= world for w in sizes):
             raise ValueError(f"world sizes {list(sizes)} must lie in 1..{world}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        self.env = dict(env or {})
+        if backend == "nccl":
+            from .nccl_configs import ALWAYS
+
+            gpus = torch.cuda.device_count()
+            if world > gpus:
+                raise ValueError(f"backend 'nccl' needs one GPU per rank: world size {world} > {gpus} CUDA device(s) here")
+            self.env.update(ALWAYS)
+        self.backend = backend
         self.world, self.sizes = world, tuple(sorted(set(sizes) | {world}))
         self.start_timeout, self.call_timeout = start_timeout, call_timeout
         self.closed: str | None = "not started"
@@ -109,7 +148,8 @@ class RankPool:
         self._tasks = itertools.count()
         self._procs = [
             ctx.Process(target=_worker, daemon=True, name=f"invariance-rank-{r}",
-                        args=(r, self.world, store, self.sizes, 2 * self.call_timeout, self._inq[r], self._outq))
+                        args=(r, self.world, store, self.sizes, 2 * self.call_timeout, self._inq[r], self._outq,
+                              self.backend, self.env))
             for r in range(self.world)
         ]  # fmt: skip
         for p in self._procs:
@@ -121,7 +161,7 @@ class RankPool:
         if bad:
             r, (_, err) = min(bad.items())
             self.close(f"rank {r} could not join the group: {err}", failed=True)
-            raise RuntimeError(f"rank {r} could not join the gloo group: {err}")
+            raise RuntimeError(f"rank {r} could not join the {self.backend} group: {err}")
 
     def restart(self) -> RankPool:
         """Stop whatever is left and start fresh ranks (after a call closed the pool)."""

@@ -9,6 +9,11 @@ one addition is commutative, so the mutant needs 3 or more ranks to diverge.
 
 ``rotation`` shifts every chunk's ring slot; :func:`per_call_rotation` bumps it on each call, a
 run-to-run control (the ring starting where the last call left off).
+
+Each ring step's send and receive go out as one ``batch_isend_irecv``: on NCCL a lone send to the
+next rank would lazily create a two-rank communicator that waits on a peer still busy with its own
+send (a cycle round the ring); batched, both ride the group's communicator. Gloo runs the same
+batch as two plain point-to-point ops. Buffers and slot indices live on the message's device.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ def channels(nbytes: int) -> int:
     return next((c for limit, c in CHANNEL_BYTES if nbytes < limit), MAX_CHANNELS)
 
 
-def _slots(n: int, nbytes: int, w: int) -> list[torch.Tensor]:
+def _slots(n: int, nbytes: int, w: int, device: torch.device | str = "cpu") -> list[torch.Tensor]:
     """Element indices of each ring slot: ``channels x w`` chunks of ``ceil(n / (channels w))``."""
     c = channels(nbytes)
     chunk = -(-n // (c * w))
@@ -37,15 +42,19 @@ def _slots(n: int, nbytes: int, w: int) -> list[torch.Tensor]:
     for j in range(w):
         pieces = [torch.arange(lo, min(lo + chunk, n)) for ch in range(c) if (lo := (ch * w + j) * chunk) < n]
         out.append(torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.long))
-    return out
+    return [idx.to(device) for idx in out]
 
 
 def _exchange(send: torch.Tensor, recv: torch.Tensor, to: int, frm: int, group: object) -> None:
-    if send.numel() == 0:  # both ends know the slot is empty from n alone
-        return
-    req = dist.isend(send.contiguous(), to, group=group)
-    dist.recv(recv, frm, group=group)
-    req.wait()
+    """Send ``send`` to ``to`` and receive ``recv`` from ``frm`` as one batch (an empty slot is
+    skipped: both ends know it is empty from the message size alone)."""
+    ops = []
+    if send.numel():
+        ops.append(dist.P2POp(dist.isend, send.contiguous(), to, group=group))
+    if recv.numel():
+        ops.append(dist.P2POp(dist.irecv, recv, frm, group=group))
+    for req in dist.batch_isend_irecv(ops) if ops else ():
+        req.wait()
 
 
 def ring_all_reduce(parts: torch.Tensor, group: object = None, rotation: int = 0) -> torch.Tensor:
@@ -55,16 +64,16 @@ def ring_all_reduce(parts: torch.Tensor, group: object = None, rotation: int = 0
     if w == 1:
         return x
     flat = x.reshape(-1).clone()
-    slots = _slots(flat.numel(), flat.numel() * flat.element_size(), w)
+    slots = _slots(flat.numel(), flat.numel() * flat.element_size(), w, flat.device)
     nxt, prv = dist.get_global_rank(group, (r + 1) % w), dist.get_global_rank(group, (r - 1) % w)
     for s in range(w - 1):  # reduce-scatter: after w-1 steps rank r owns slot r+1+rotation
         out_idx, in_idx = slots[(r - s + rotation) % w], slots[(r - s - 1 + rotation) % w]
-        buf = torch.empty(in_idx.numel(), dtype=flat.dtype)
+        buf = torch.empty(in_idx.numel(), dtype=flat.dtype, device=flat.device)
         _exchange(flat[out_idx], buf, nxt, prv, group)
         flat[in_idx] = buf + flat[in_idx]
     for s in range(w - 1):  # all-gather: pass the reduced slots around
         out_idx, in_idx = slots[(r + 1 - s + rotation) % w], slots[(r - s + rotation) % w]
-        buf = torch.empty(in_idx.numel(), dtype=flat.dtype)
+        buf = torch.empty(in_idx.numel(), dtype=flat.dtype, device=flat.device)
         _exchange(flat[out_idx], buf, nxt, prv, group)
         flat[in_idx] = buf
     return flat.reshape(x.shape)

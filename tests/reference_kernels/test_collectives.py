@@ -130,3 +130,98 @@ def test_raising_rank_is_one_line_and_a_restart_recovers(two):
         rows_fn(two, faults.ranks_disagree, 2)(rows)  # all ranks answered: the pool stays up
     out = rows_fn(two, stock.gloo_all_reduce, 2)(rows)
     torch.testing.assert_close(out, rows.sum(1))
+
+
+# -- backends and NCCL configurations (CPU: the NCCL paths are refused or exercised through gloo) --
+
+
+def test_unknown_backend_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^unknown backend 'mpi'; expected one of gloo, nccl$"):
+        RankPool(1, (1,), backend="mpi")
+
+
+def test_nccl_world_beyond_the_gpus_is_refused_naming_both_counts():
+    gpus = torch.cuda.device_count()
+    msg = rf"^backend 'nccl' needs one GPU per rank: world size {gpus + 1} > {gpus} CUDA device\(s\) here$"
+    with pytest.raises(ValueError, match=msg):
+        RankPool(gpus + 1, (gpus + 1,), backend="nccl")
+
+
+def test_a_pools_environment_reaches_its_ranks_before_they_run():
+    """A gloo pool started under the vLLM pinning: each rank reports the variables it saw."""
+    from functools import partial
+
+    from collective_probes import decode, environment_of
+    from pytest_invariance.reference_kernels.collectives.nccl_configs import config
+
+    env = {**config("nccl-vllm-invariant").environment(), "INVARIANCE_PROBE": "a=b;c"}
+    names = (*env, "INVARIANCE_UNSET_PROBE")
+    with RankPool(2, (2,), env=env, call_timeout=30.0) as pool:
+        outs = pool.run(partial(environment_of, names=names), 2, [[torch.zeros(1)]] * 2)
+    for r, out in enumerate(outs):
+        seen = decode(out)
+        assert seen == {**env, "INVARIANCE_UNSET_PROBE": "<unset>"}, f"rank {r} saw {seen}"
+    assert seen["NCCL_ALGO"] == "allreduce:tree" and seen["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_every_nccl_configuration_keeps_nvlink_multicast_off():
+    from pytest_invariance.reference_kernels.collectives import nccl_configs as nc
+
+    for name, cfg in nc.CONFIGS.items():
+        assert cfg.environment()["NCCL_NVLS_ENABLE"] == "0", name
+        assert cfg.why, name
+    assert nc.CONFIGS["nccl-default"].environment() == {"NCCL_NVLS_ENABLE": "0"}
+    pinned = nc.CONFIGS["nccl-vllm-invariant"].env
+    assert {k: pinned[k] for k in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
+                                   "NCCL_NTHREADS")} == {"NCCL_ALGO": "allreduce:tree", "NCCL_PROTO": "Simple",
+                                                         "NCCL_MIN_NCHANNELS": "1", "NCCL_MAX_NCHANNELS": "1",
+                                                         "NCCL_NTHREADS": "1"}  # fmt: skip
+    with pytest.raises(ValueError, match="unknown NCCL configuration 'nccl-ring'; expected one of nccl-default"):
+        nc.config("nccl-ring")
+
+
+def test_cuda_rows_are_registered_and_the_suite_skips_them_without_cuda():
+    """On a CUDA-less host the NCCL rows exist (one per configuration) and their params carry ``gpu``."""
+    from pytest_invariance.reference_kernels.catalogue import register_builtin
+    from pytest_invariance.reference_kernels.collectives.nccl_configs import STOCK_ROWS, pool_config
+    from pytest_invariance.reference_kernels.registry import kernels
+    from pytest_invariance.suites.ops import test_allreduce as suite
+
+    register_builtin("collectives")
+    cuda = {k.name for k in kernels("allreduce", "cuda")}
+    assert set(STOCK_ROWS) | {"reference", "mutant:ring-channels"} <= cuda
+    assert not cuda & {"torch-gloo", "torch-gloo-rs-ag"}
+    assert {n: pool_config(n).name for n in ("torch-nccl-vllm-pinned", "reference")} == {
+        "torch-nccl-vllm-pinned": "nccl-vllm-invariant", "reference": "nccl-default"}  # fmt: skip
+    params = suite._params()
+    gpu = {p.id for p in params if any(m.name == "gpu" for m in p.marks)}
+    assert gpu == {p.id for p in params if p.id.startswith("cuda-")}
+    assert {p.values[1] for p in params if p.id in gpu} >= set(STOCK_ROWS) | {"torch-symm-mem"}
+    if not torch.cuda.is_available():
+        assert suite._cuda_worlds() == []
+
+
+def test_rank_side_timing_runs_every_case_through_a_pool(four):
+    """What bench_allreduce ships to each rank: catalogue lookup in the rank, a seeded message, one
+    time per call (host clock on gloo; CUDA events on NCCL ranks, not reachable here)."""
+    from functools import partial
+
+    from pytest_invariance.reference_kernels.collectives.timing import time_all_reduce
+
+    for name in ("torch-gloo", "reference"):
+        fn = partial(time_all_reduce, implementation=name, tokens=3, hidden=8, iters=4, warmup=1)
+        outs = four.run(fn, 2, [[torch.zeros(1)]] * 2)
+        assert [o.shape for o in outs] == [(4,), (4,)] and all(bool((o > 0).all()) for o in outs), name
+
+
+def test_one_rank_can_only_be_vacuous_never_invariant():
+    """What the CUDA suite gets on one GPU: the ring control cannot diverge with one rank, so even
+    the reference (bitwise equal at every size) is ``vacuous``, never a claimed ``invariant``."""
+    inv = Invariance(Settings(run_id="test-collectives"), nodeid="one-rank")
+    with RankPool(1, (1,), call_timeout=30.0) as one:
+        for fn in (reference.fixed_order_all_reduce, stock.gloo_all_reduce):
+            rec = inv.check(rows_fn(one, fn, 1), lambda seed: rows_pool(9, (1, 16), seed, torch.bfloat16),
+                            oracle="batch-size", family="allreduce", implementation=fn.__name__,
+                            control=rows_fn(one, ring.ring_all_reduce, 1), control_name="mutant:ring-channels",
+                            expect="measure", batch_sizes=[1, 2, 3, 9])  # fmt: skip
+            assert rec["verdict"] == "vacuous" and rec["control"]["diverged"] is False, fn.__name__
