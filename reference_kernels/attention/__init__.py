@@ -3,18 +3,18 @@
 Public functions (all take bf16/fp16/fp32, accumulate in fp32, return q's dtype):
 
 - ``prefill_varlen(q[total_q, Hq, D], k[total_k, Hkv, D], v, cu_seqlens_q, cu_seqlens_k,
-  *, causal=True, scale=None, split_size=256)``: the queries of sequence i are its last
+  *, causal=True, scale=None, split_size=SPLIT_SIZE)``: the queries of sequence i are its last
   ``len_q`` positions, so chunked prefill is "prefill of the chunk against prefix + chunk".
 - ``prefill_paged(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale=None,
-  split_size=256)``: the same over a paged cache already holding every position ``< seq_lens``.
+  split_size=SPLIT_SIZE)``: the same over a paged cache already holding every position ``< seq_lens``.
 - ``decode_paged(q[B, Hq, D], k_cache[num_blocks, block_size, Hkv, D], v_cache, block_table[B,
-  max_blocks] int32, seq_lens[B] int32, *, scale=None, split_size=256)``: one query per sequence
+  max_blocks] int32, seq_lens[B] int32, *, scale=None, split_size=SPLIT_SIZE)``: one query per sequence
   at position ``seq_lens[b] - 1``.
 - ``write_kv(k_cache, v_cache, k[T, Hkv, D], v, slot_mapping[T])``: store new K/V (exact copy).
 
 Invariance contract (both paths): KV is cut into splits of ``split_size`` tokens
-anchored at absolute position 0 (a 1000-token cache is 256+256+256+232 whatever the
-batch); each split yields (max, sum, unnormalised output) and splits are merged left to
+anchored at absolute position 0 (at 1024, a 3000-token cache is 1024+1024+952 whatever
+the batch); each split yields (max, sum, unnormalised output) and splits are merged left to
 right. A row's arithmetic depends only on its own keys, so: batch-size, batch-position
 and run-to-run invariance; decode at position t == prefill at position t bitwise (write
 K/V first, then attend); chunked prefill == whole prefill bitwise for any chunk
@@ -39,9 +39,8 @@ import torch
 
 from ..device import resolve
 from .cache import slot_mapping_for, slots_for, write_kv
+from .split import SPLIT_SIZE
 from .torch_ref import decode_paged_torch, prefill_paged_torch, prefill_varlen_torch
-
-SPLIT_SIZE = 256
 
 __all__ = [
     "SPLIT_SIZE",

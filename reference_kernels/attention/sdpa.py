@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from .split import SPLIT_SIZE
 from .torch_ref import attend_rows
-
-SPLIT_SIZE = 256
 
 
 def _limits(mask: torch.Tensor | None, causal: bool, b: int, hq: int, lq: int, lk: int,

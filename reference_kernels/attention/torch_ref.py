@@ -36,6 +36,7 @@ import torch
 
 from ..moe.detmath import det_exp
 from ..moe.tree import tree_sum
+from .split import SPLIT_SIZE
 
 SlotFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -170,7 +171,7 @@ def prefill_varlen_torch(
     *,
     causal: bool = True,
     scale: float | None = None,
-    split_size: int = 256,
+    split_size: int = SPLIT_SIZE,
 ) -> torch.Tensor:
     """Varlen prefill; the queries of a sequence are its last ``len_q`` positions."""
     dev = q.device
@@ -199,7 +200,7 @@ def prefill_paged_torch(
     seq_lens: torch.Tensor,
     *,
     scale: float | None = None,
-    split_size: int = 256,
+    split_size: int = SPLIT_SIZE,
 ) -> torch.Tensor:
     """Causal attention of the last ``len_q`` tokens of each sequence over its paged cache.
 
@@ -233,7 +234,7 @@ def decode_paged_torch(
     seq_lens: torch.Tensor,
     *,
     scale: float | None = None,
-    split_size: int = 256,
+    split_size: int = SPLIT_SIZE,
 ) -> torch.Tensor:
     """One query per sequence at position ``seq_lens[b] - 1`` over its paged cache."""
     b = q.shape[0]

@@ -42,6 +42,7 @@ import triton.language as tl
 
 from ..interpreter_dot import install as _install_interpreter_dot
 from ..launch import Launcher, aligned
+from .split import SPLIT_SIZE
 
 _install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
 
@@ -433,7 +434,7 @@ def _i32(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return t.to(device=dev, dtype=torch.int32).contiguous()
 
 
-def prefill_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, scale=None, split_size=256,
+def prefill_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, scale=None, split_size=SPLIT_SIZE,
                           tiles: Tiles | None = None):  # fmt: skip
     """Varlen prefill over contiguous K/V (see ``prefill_varlen``); ``tiles``: benchmarks only."""
     dev = q.device
@@ -448,7 +449,7 @@ def prefill_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=True, s
 
 
 def prefill_paged_triton(
-    q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale=None, split_size=256
+    q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale=None, split_size=SPLIT_SIZE
 ):
     """Causal prefill of each sequence's last tokens over a paged cache (see ``prefill_paged``)."""
     dev = q.device
@@ -490,7 +491,7 @@ def _launch(kernel, key, grid, args, consts, options) -> None:
     got.launch(key, grid, args, consts, options)
 
 
-def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, split_size=256,
+def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, split_size=SPLIT_SIZE,
                         tiles: Tiles | None = None):  # fmt: skip
     """Split-KV decode: one program per (sequence, KV head, split), then a fixed-order merge.
     ``tiles``: benchmarks only (``bench_attention.py --sweep``), never for results."""

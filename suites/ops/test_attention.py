@@ -18,7 +18,7 @@ Reference: ``invariant``; stock: measured; mutants (``mutant:splitkv-decode``,
 ``mutant:splitkv-prefill``, split count from batch and SM count): ``divergent``. They
 are also the named positive controls of every other check. CPU (CI) runs tiny heads with
 split size 16 so that lengths straddle split edges in milliseconds; CUDA runs the real
-shapes with split size 256.
+shapes with the reference's split size (``SPLIT_SIZE``, 1024).
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from pytest_invariance.oracles.vocabulary import OP_ORACLES as ORACLES
 from pytest_invariance.oracles.vocabulary import QUANTIZATION_OF_DTYPE as QUANT
 
 torch = pytest.importorskip("torch")
+from pytest_invariance.reference_kernels.attention import SPLIT_SIZE  # noqa: E402 - needs torch
 
 HEADS = {"llama3-8b": (32, 8, 128), "mha-32x128": (32, 32, 128)}
 CPU_HEADS = {"llama3-8b": (8, 2, 16), "mha-32x128": (4, 4, 16)}  # same GQA ratios, tiny
-GPU_SPLIT, CPU_SPLIT = 256, 16
-GPU_LENGTHS = (1, 255, 256, 257, 1000, 4096, 8192)
+GPU_SPLIT, CPU_SPLIT = SPLIT_SIZE, 16  # the split the engine runs on CUDA; tiny on CPU
+GPU_LENGTHS = (1, 257, 1023, 1024, 1025, 4096, 8192)  # split edges
 CPU_LENGTHS = (1, 15, 17, 40)
 CPU_STOCK_LENGTHS = (17,)  # stock on CPU: one length across a split edge (CI time)
 CPU_SIZES = (1, 2, 3, 9)

@@ -215,15 +215,15 @@ def test_triton_mutants_move_split_boundaries_with_batch_and_chunks():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_triton_properties():
-    ss = seqs([1, 255, 256, 257, 1000], heads=(32, 8, 128), dtype=torch.bfloat16, device="cuda")
-    out = prefill(ss, backend="triton", split=256)
+    ss = seqs([1, 1023, 1024, 1025, 3000], heads=(32, 8, 128), dtype=torch.bfloat16, device="cuda")
+    out = prefill(ss, backend="triton", split=A.SPLIT_SIZE)
     for (q, k, v), o in zip(ss, out, strict=True):
         ref = exact_attention(q.cpu(), k.cpu(), v.cpu())
         assert (o.cpu().double() - ref).abs().max().item() < 3e-2
-    assert same_bits(prefill(ss[3:4], backend="triton", split=256)[0], out[3])
+    assert same_bits(prefill(ss[3:4], backend="triton", split=A.SPLIT_SIZE)[0], out[3])
     q, k, v = ss[4]
     whole = out[4]
-    for t in (0, 255, 256, 511, 999):
+    for t in (0, 1023, 1024, 2047, 2999):  # split edges at A.SPLIT_SIZE = 1024
         kc, vc, bt, sl = (x.cuda() for x in paged([(q.cpu(), k.cpu(), v.cpu())], [t + 1], page=16))
         d = A.decode_paged(q[t : t + 1], kc, vc, bt, sl)
         assert same_bits(d[0], whole[t]), f"position {t}"
