@@ -13,29 +13,12 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 from .kernels import AttnBatch, Kernels
+from .rope import RoPE
 from .weights import synthetic_rows
 
 
 def _same(x: torch.Tensor) -> torch.Tensor:
     return x
-
-
-class RoPE:
-    """Rotary tables in fp32 (half-split layout, as Llama / Qwen2 in Hugging Face)."""
-
-    def __init__(self, cfg: ModelConfig, device: torch.device):
-        half = cfg.head_dim // 2
-        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, dtype=torch.float64) / half))
-        ang = torch.arange(cfg.max_position, dtype=torch.float64)[:, None] * inv[None, :]
-        self.cos = ang.cos().float().to(device)
-        self.sin = ang.sin().float().to(device)
-
-    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        cos = self.cos[positions][:, None, :]
-        sin = self.sin[positions][:, None, :]
-        xf = x.float()
-        x1, x2 = xf.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
 class Model:
@@ -111,10 +94,8 @@ class Model:
         for lay, (k_cache, v_cache) in zip(self.layers, kv, strict=True):
             h = kern.rms_norm(x, lay["in_norm"], cfg.rms_eps)
             qkv = kern.linear(h, lay["qkv"], lay["qkv_bias"])
-            q = qkv[:, :q_dim].reshape(-1, self.heads, cfg.head_dim)
-            k = qkv[:, q_dim : q_dim + kv_dim].reshape(-1, self.kv_heads, cfg.head_dim)
+            q, k = self.rope.query_key(qkv, positions, self.heads, self.kv_heads, cfg.head_dim)
             v = qkv[:, q_dim + kv_dim :].reshape(-1, self.kv_heads, cfg.head_dim)
-            q, k = self.rope(q, positions), self.rope(k, positions)
             kern.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
             a = kern.attention(q, k_cache, v_cache, meta, self.scale)
             x = x + self.reduce(kern.linear(a.reshape(-1, q_dim), lay["o"]))
