@@ -21,7 +21,6 @@ replaced silently: the fallback is named in `Kernels.routes`, which `LLMEngine.i
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -332,26 +331,24 @@ class Kernels:
     def _split_args(self, m: AttnBatch) -> dict:
         """Default-mode decode split arguments: the count a captured graph fixed, else by policy (no count:
         the heuristic), with the longest context from the host lists (no device read)."""
-        if self.device.type == "cuda" and self.cfg.split_kv != "auto":
-            # The Triton kernel takes the split size itself: "fixed" its size, "none" one split as long
-            # as the context can be (a size from the batch's longest context would change the kernel's
-            # key block below 64 keys, and with it a row's bits, by what else is in the batch).
-            return {"split_size": self.cfg.split_kv_size if self.cfg.split_kv == "fixed" else self.max_context}
+        if self.cfg.split_kv == "fixed":  # splits of split_kv_size keys from position 0, whatever the batch
+            return {"split_size": self.cfg.split_kv_size}
+        if self.device.type == "cuda" and self.cfg.split_kv == "none":
+            # One split as long as the context can be (a size from the batch's longest context would
+            # change the Triton kernel's key block below 64 keys, and with it a row's bits).
+            return {"split_size": self.max_context}
         max_len = max(m.ctx_lens[i] for i in m.decode_idx)
         if m.decode_splits is not None:
             return {"splits": m.decode_splits, "max_len": max_len}
-        if self.cfg.split_kv == "fixed":
-            return {"splits": max(1, math.ceil(max_len / self.cfg.split_kv_size)), "max_len": max_len}
         return {"splits": 1 if self.cfg.split_kv == "none" else None, "max_len": max_len}
 
     def graph_splits(self, batch: int, capacity: int) -> int | None:
         """The split count a captured decode graph of ``batch`` rows over a block table of ``capacity``
         tokens fixes for default mode (the heuristic cannot read lengths inside a graph); None in
-        invariant mode (the reference splits are anchored at position 0 whatever the batch)."""
-        if self.invariant:
+        invariant mode (the reference splits are anchored at position 0 whatever the batch) and for
+        ``split_kv="fixed"`` (the kernels take the split size itself)."""
+        if self.invariant or self.cfg.split_kv == "fixed":
             return None
-        if self.cfg.split_kv == "fixed":
-            return max(1, math.ceil(capacity / self.cfg.split_kv_size))
         if self.cfg.split_kv == "none":
             return 1
         from ..reference_kernels.mutants.splitkv_decode import num_splits

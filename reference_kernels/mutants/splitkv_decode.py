@@ -146,6 +146,7 @@ def splitkv_decode_batched(
     splits: int | None = None,
     partial_dtype: torch.dtype | None = None,
     max_len: int | None = None,
+    split_size: int | None = None,
 ) -> torch.Tensor:
     """``attention-decode`` signature, the whole batch in one pass over the padded block table.
 
@@ -155,7 +156,8 @@ def splitkv_decode_batched(
     sequence is cut at the same boundaries, and each split's normalized output is stored in
     ``partial_dtype`` (default: q's dtype, as paged-attention v2 keeps its ``tmp_out``) with its max
     and exp-sum in fp32 for the merge. The bundled engine's default mode decodes with it
-    (``split_kv="auto"``)."""
+    (``split_kv="auto"``). ``split_size`` (``split_kv="fixed"``) cuts at multiples of that many
+    keys instead, whatever the table's padded width: splits past a sequence's end weigh nothing."""
     b, h, d = q.shape
     if b == 0:
         return torch.empty_like(q)
@@ -170,11 +172,11 @@ def splitkv_decode_batched(
     scores = torch.einsum("bhgd,bshd->bhgs", q.float().view(b, kvh, g, d), k.float()) * sc
     valid = torch.arange(s_len, device=q.device)[None, :] < seq_lens.to(q.device)[:, None]
     scores = scores.masked_fill(~valid[:, None, None, :], _NEG)
-    if splits <= 1:  # one softmax over the whole context, one rounding
+    if splits <= 1 and split_size is None:  # one softmax over the whole context, one rounding
         p = torch.softmax(scores, dim=-1)
         return torch.einsum("bhgs,bshd->bhgd", p, v.float()).reshape(b, h, d).to(q.dtype)
     store = partial_dtype or q.dtype
-    step = math.ceil(s_len / splits)
+    step = split_size if split_size is not None else math.ceil(s_len / splits)
     outs, maxes, sums = [], [], []
     for s0 in range(0, s_len, step):
         sc_part = scores[..., s0 : s0 + step]

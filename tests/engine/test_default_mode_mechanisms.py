@@ -85,6 +85,21 @@ def test_split_kv_changes_bits_against_one_pass_and_matches_in_value():
     torch.testing.assert_close(split.float(), one.float(), atol=2e-2, rtol=2e-2)
 
 
+def test_fixed_split_kv_cuts_at_its_size_whatever_the_padded_table():
+    """``split_kv="fixed"``: a sequence's splits are 16-key multiples from position 0, so the same
+    40-key sequence gives the same bits in a table padded to 64 keys (a longer neighbour) or not;
+    a count from the padded width (the old cut: ceil(64 / 3) = 22 keys) moves them."""
+    q, kc, vc, tables, ctx = _decode_inputs(2, 64)
+    ctx[0] = 40
+    alone = splitkv_decode_batched(q[:1], kc, vc, tables[:1, :3], ctx[:1], scale=0.25, split_size=16)
+    padded = splitkv_decode_batched(q, kc, vc, tables, ctx, scale=0.25, split_size=16)
+    assert torch.equal(bits(alone[0]), bits(padded[0]))
+    by_count = splitkv_decode_batched(q, kc, vc, tables, ctx, scale=0.25, splits=3)
+    assert not torch.equal(bits(by_count[0]), bits(alone[0]))
+    eng = LLM(model=TINY, num_blocks=8, split_kv="fixed", split_kv_size=16).engine
+    assert eng.kernels._split_args(None) == {"split_size": 16}
+
+
 def test_server_info_names_each_mechanism_and_its_off_switch():
     on = LLM(model=TINY, num_blocks=8).info()
     assert on["gemm_strategy"] == "m-bucket" and on["split_kv"] == "auto"
