@@ -158,6 +158,14 @@ def _step(ids: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor, *, meta: dic
         return model.logits(kern, hidden[rows])
 
 
+def eager_why(cfg: EngineConfig) -> str | None:
+    """Why decode runs eager where graphs were asked for (``cuda_graphs`` on, or auto on CUDA): the
+    route and ``/server_info`` say so, never silently. None where none was asked (off; auto on CPU)."""
+    if cfg.cuda_graphs == "off" or (cfg.cuda_graphs == "auto" and not on_cuda(cfg)):
+        return None
+    return f"forward eager on the ranks (cuda_graphs {cfg.cuda_graphs!r}: no graphs on tensor-parallel ranks)"
+
+
 class TPModelRunner(ModelRunner):
     """The engine's model runner with the forward on ``cfg.tensor_parallel`` gloo or NCCL ranks."""
 
@@ -172,15 +180,15 @@ class TPModelRunner(ModelRunner):
         self.tp = cfg.tensor_parallel
         self.allreduce = collective(cfg)
         kernels.implementations["allreduce"] = self.allreduce
+        self.eager_why = eager_why(cfg)
+        note = f"; {self.eager_why}" if self.eager_why else ""
         if on_cuda(cfg):
             self.nccl_config = cfg.nccl_config
-            self.eager_why = self._eager_why()
             kernels.routes["allreduce"] = (f"{self.allreduce}: nccl under {cfg.nccl_config}, {self.tp} rank(s) on "
-                                           f"cuda:0..{self.tp - 1}, after o and down"
-                                           + (f"; {self.eager_why}" if self.eager_why else ""))  # fmt: skip
+                                           f"cuda:0..{self.tp - 1}, after o and down{note}")  # fmt: skip
             pool = partial(RankPool, backend="nccl", env=config(cfg.nccl_config).environment())
         else:
-            kernels.routes["allreduce"] = f"{self.allreduce}: gloo, {self.tp} ranks on 127.0.0.1, after o and down"
+            kernels.routes["allreduce"] = f"{self.allreduce}: gloo, {self.tp} ranks on 127.0.0.1, after o and down{note}"
             pool = RankPool
         self.key = uuid.uuid4().hex
         self.pool = pool(self.tp, (self.tp,), call_timeout=cfg.tensor_parallel_timeout_s)
@@ -191,13 +199,6 @@ class TPModelRunner(ModelRunner):
         if self.rank_devices != want:
             self.pool.close("ranks on the wrong devices", failed=True)
             raise RuntimeError(f"tensor-parallel ranks loaded on {self.rank_devices}, expected {want}")
-
-    def _eager_why(self) -> str | None:
-        """Why decode runs eager where graphs were asked for (cuda_graphs auto or on, on CUDA): the
-        route and ``/server_info`` say so, never silently. None where none was asked."""
-        if self.cfg.cuda_graphs == "off":
-            return None
-        return f"forward eager on the ranks (cuda_graphs {self.cfg.cuda_graphs!r}: no graphs on tensor-parallel ranks)"
 
     def logits(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnBatch, rows: torch.Tensor) -> torch.Tensor:
         """The ranks' logits of ``rows``, on the engine's device (its sampler runs there). The step's

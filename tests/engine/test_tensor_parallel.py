@@ -20,7 +20,7 @@ import torch
 from pytest_invariance.engine.config import EngineConfig, ModelConfig
 from pytest_invariance.engine.llm import LLM
 from pytest_invariance.engine.sampler import SamplingParams
-from pytest_invariance.engine.tensor_parallel import TPModelRunner, check_shardable
+from pytest_invariance.engine.tensor_parallel import TPModelRunner, check_shardable, eager_why
 
 pytestmark = pytest.mark.xdist_group("invariance-tensor-parallel")  # one worker starts the engines
 
@@ -143,9 +143,10 @@ TINY = {"hidden": 256, "layers": 2, "heads": 8, "kv_heads": 2, "head_dim": 32, "
 
 
 def test_more_ranks_than_gpus_is_refused_in_one_line():
-    """Before any weight is built (so this runs without CUDA: 0 GPUs here, 1 rank too many)."""
-    n = torch.cuda.device_count() + 1
-    want = rf"^--tensor-parallel {n} on cuda needs {n} GPUs \(one NCCL rank each\); {n - 1} CUDA device\(s\) here$"
+    """Before any weight is built, so this runs without CUDA (2 ranks, 0 GPUs) as on one GPU (2 ranks)."""
+    gpus = torch.cuda.device_count()
+    n = max(2, gpus + 1)
+    want = rf"^--tensor-parallel {n} on cuda needs {n} GPUs \(one NCCL rank each\); {gpus} CUDA device\(s\) here$"
     with pytest.raises(ValueError, match=want):
         LLM(model=TINY, device="cuda", tensor_parallel=n, num_blocks=16)
 
@@ -185,39 +186,60 @@ def _recording(runner) -> list[torch.Tensor]:
     return seen
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])
+ROUTES = {("cuda", False): "torch-nccl: nccl under nccl-default, 1 rank(s) on cuda:0..0, after o and down",
+          ("cuda", True): "reference: nccl under nccl-default, 1 rank(s) on cuda:0..0, after o and down",
+          ("cpu", False): "torch-gloo: gloo, 1 ranks on 127.0.0.1, after o and down",
+          ("cpu", True): "reference: gloo, 1 ranks on 127.0.0.1, after o and down"}  # fmt: skip
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("batch_invariant", [False, True], ids=["default", "invariant"])
-def test_one_nccl_rank_gives_the_in_process_bits_on_cuda(batch_invariant):
-    """TPModelRunner at tensor_parallel 1 on CUDA (one NCCL rank on cuda:0) against the in-process
-    runner of an engine of the same config: greedy tokens, logprobs and every step's logits bits."""
-    kw = {"model": TINY, "device": "cuda", "batch_invariant": batch_invariant, "num_blocks": 64, "cuda_graphs": "off"}
-    prompts = [f"nccl {i}: " + "abc" * (3 * i) for i in range(4)]  # 4 lengths: mixed prefill and decode steps
+def test_one_rank_gives_the_in_process_bits(device, batch_invariant):
+    """TPModelRunner at tensor_parallel 1 (one gloo rank on CPU; one NCCL rank on cuda:0) against the
+    in-process runner of an engine of the same config: greedy tokens, logprobs and every step's
+    logits bits. The CLI treats 1 as no TP, so the runner is put into the engine directly."""
+    kw = {"model": TINY, "device": device, "batch_invariant": batch_invariant, "num_blocks": 64, "cuda_graphs": "off"}
+    threads = torch.get_num_threads()
+    if device == "cpu":  # a gloo rank runs 1 thread, and default mode's split-KV count follows threads
+        kw["num_threads"] = 1
+    prompts = [f"rank {i}: " + "abc" * (3 * i) for i in range(4)]  # 4 lengths: mixed prefill and decode steps
     params = SamplingParams(max_tokens=6, ignore_eos=True, logprobs=0)
-    local = LLM(**kw)
-    local_logits = _recording(local.engine.runner)
-    want = local.generate(prompts, params)
-    llm = LLM(**kw)
-    e = llm.engine
-    e.runner = TPModelRunner(e.config, e.model, e.kernels, e.num_blocks)
     try:
-        tp_logits = _recording(e.runner)
-        got = llm.generate(prompts, params)
-        info = llm.info()
-        assert e.runner.rank_devices == ["cuda:0"]
-        route = info["kernels"]["allreduce"]
-        name = "reference" if batch_invariant else "torch-nccl"
-        assert route.startswith(f"{name}: nccl under nccl-default, 1 rank(s) on cuda:0..0"), route
-        assert info["collective"] == name and info["nccl_config"] == "nccl-default"
+        local = LLM(**kw)
+        local_logits = _recording(local.engine.runner)
+        want = local.generate(prompts, params)
+        llm = LLM(**kw)
+        e = llm.engine
+        e.runner = TPModelRunner(e.config, e.model, e.kernels, e.num_blocks)
+        try:
+            tp_logits = _recording(e.runner)
+            got = llm.generate(prompts, params)
+            info = llm.info()
+        finally:
+            e.runner.close()
     finally:
-        e.runner.close()
+        torch.set_num_threads(threads)
+    assert e.runner.rank_devices == ["cuda:0" if device == "cuda" else "cpu"]
+    assert info["kernels"]["allreduce"] == ROUTES[device, batch_invariant]
+    assert info["nccl_config"] == ("nccl-default" if device == "cuda" else None)
+    assert "eager_why" not in info["cuda_graphs"]  # graphs off in both engines: nothing to report
     assert max(c.max_batch_size for c in got) == 4, "the requests were not batched together"
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
     assert [c.logprobs for c in got] == [c.logprobs for c in want]
     assert len(tp_logits) == len(local_logits) > 1
     for step, (a, b) in enumerate(zip(tp_logits, local_logits, strict=True)):
-        assert a.device == b.device and a.device.type == "cuda", f"step {step}: logits on {a.device}, {b.device}"
+        assert a.device == b.device and a.device.type == device, f"step {step}: logits on {a.device}, {b.device}"
         assert torch.equal(a.view(torch.int32), b.view(torch.int32)), f"step {step}: logits bits differ"
+
+
+def test_graphs_asked_of_tensor_parallel_ranks_are_reported_eager():
+    assert "cuda_graphs 'auto': no graphs on tensor-parallel ranks" in eager_why(EngineConfig(device="cuda", tensor_parallel=2))
+    assert "cuda_graphs 'on'" in eager_why(EngineConfig(device="cuda", cuda_graphs="on"))
+    assert eager_why(EngineConfig(device="cuda", cuda_graphs="off", tensor_parallel=2)) is None
+    assert eager_why(EngineConfig(tensor_parallel=2)) is None  # auto on CPU never captures
+    with pytest.raises(ValueError, match="cuda_graphs 'on' needs tensor_parallel 1 .*run the forward eager"):
+        EngineConfig(device="cuda", cuda_graphs="on", tensor_parallel=2)
 
 
 def test_cpu_ranks_report_gloo_and_no_nccl_config(default_tp2):
