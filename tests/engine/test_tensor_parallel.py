@@ -20,7 +20,7 @@ import torch
 from pytest_invariance.engine.config import EngineConfig, ModelConfig
 from pytest_invariance.engine.llm import LLM
 from pytest_invariance.engine.sampler import SamplingParams
-from pytest_invariance.engine.tensor_parallel import TPModelRunner, check_shardable, eager_why
+from pytest_invariance.engine.tensor_parallel import TPModelRunner, check_shardable, collective, eager_why
 
 pytestmark = pytest.mark.xdist_group("invariance-tensor-parallel")  # one worker starts the engines
 
@@ -231,6 +231,21 @@ def test_one_rank_gives_the_in_process_bits(device, batch_invariant):
     for step, (a, b) in enumerate(zip(tp_logits, local_logits, strict=True)):
         assert a.device == b.device and a.device.type == device, f"step {step}: logits on {a.device}, {b.device}"
         assert torch.equal(a.view(torch.int32), b.view(torch.int32)), f"step {step}: logits bits differ"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "row"),
+    [({}, "torch-gloo"), ({"batch_invariant": True}, "reference"),
+     ({"device": "cuda"}, "torch-nccl"), ({"device": "cuda", "batch_invariant": True}, "reference"),
+     ({"device": "cuda", "nccl_config": "nccl-vllm-invariant"}, "torch-nccl-vllm-pinned"),
+     ({"device": "cuda", "nccl_config": "nccl-sglang-deterministic"}, "torch-nccl-sglang-pinned"),
+     ({"device": "cuda", "nccl_config": "nccl-vllm-invariant", "batch_invariant": True}, "reference")],
+)  # fmt: skip
+def test_the_ranks_all_reduce_with_the_catalogue_row_of_their_backend(kwargs, row):
+    from pytest_invariance.reference_kernels.catalogue import implementation
+
+    name = collective(EngineConfig(tensor_parallel=2, **kwargs))
+    assert name == row and implementation("allreduce", name) is not None
 
 
 def test_graphs_asked_of_tensor_parallel_ranks_are_reported_eager():
