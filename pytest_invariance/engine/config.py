@@ -158,8 +158,11 @@ class EngineConfig:
     cuda_graph_buckets: tuple[int, ...] = ()
     shared_rng: bool = False  # control: one engine-wide torch generator for sampling
     num_threads: int = 0  # torch intra-op threads on CPU; 0 leaves torch's default
-    tensor_parallel: int = 1  # ranks of the forward (CPU gloo; engine.tensor_parallel)
+    tensor_parallel: int = 1  # ranks of the forward: gloo on CPU, NCCL on CUDA (engine.tensor_parallel)
     tensor_parallel_timeout_s: float = 120.0  # one step (or the ranks' load) on every rank, at most
+    # The environment the NCCL ranks start under (reference_kernels.collectives.nccl_configs: NCCL
+    # reads it once, at init). Only tensor-parallel CUDA ranks have NCCL; elsewhere only the default.
+    nccl_config: str = "nccl-default"
     speculative: str = "off"  # "off" or "ngram:K": prompt-lookup drafts of K tokens (engine/speculative.py)
 
     def __post_init__(self) -> None:
@@ -183,12 +186,25 @@ class EngineConfig:
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise ValueError(f"cuda_graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}")
         if self.cuda_graphs == "on" and self.tensor_parallel > 1:
-            raise ValueError("cuda_graphs 'on' needs tensor_parallel 1 (the ranks' forward runs on CPU gloo)")
+            raise ValueError("cuda_graphs 'on' needs tensor_parallel 1 (tensor-parallel ranks run the forward eager)")
         if any(b < 1 for b in self.cuda_graph_buckets):
             raise ValueError("cuda_graph_buckets must be >= 1")
         if self.tensor_parallel < 1 or self.tensor_parallel_timeout_s <= 0:
             raise ValueError("tensor_parallel must be >= 1 and tensor_parallel_timeout_s > 0")
         parse_speculative(self.speculative)  # ValueError naming a bad value
+        self._check_nccl_config()
+
+    def _check_nccl_config(self) -> None:
+        """ValueError for an unknown NCCL configuration, or one asked where no NCCL rank would run
+        (it would be ignored, and a recorded run would claim a pinning it never had)."""
+        from ..reference_kernels.collectives.nccl_configs import CONFIGS, DEFAULT
+
+        if self.nccl_config not in CONFIGS:
+            raise ValueError(f"nccl_config must be one of {', '.join(CONFIGS)}, got {self.nccl_config!r}")
+        if self.nccl_config != DEFAULT and not (self.device.startswith("cuda") and self.tensor_parallel > 1):
+            raise ValueError(f"nccl_config {self.nccl_config!r} needs device cuda and tensor_parallel > 1 "
+                             f"(NCCL ranks run only there; got device {self.device}, tensor_parallel "
+                             f"{self.tensor_parallel})")  # fmt: skip
 
     @property
     def spec(self) -> SpecConfig:

@@ -73,10 +73,15 @@ class LLMEngine:
             mcfg = ModelConfig.from_hf_dir(cfg.model_path)
             mcfg.dtype = cfg.model.dtype if cfg.model.dtype != ModelConfig.dtype else mcfg.dtype
             cfg.model = mcfg
+        if cfg.tensor_parallel > 1:  # before any weight is built: a refusal (no GPUs, no split) costs nothing
+            from .tensor_parallel import check_shardable
+
+            check_shardable(cfg)
+        mcfg = cfg.model
+        if cfg.model_path:
             weights = load_hf_weights(cfg.model_path, mcfg)
             self.weights_source = f"safetensors:{cfg.model_path}"
         else:
-            mcfg = cfg.model
             weights = synthetic_weights(mcfg, cfg.device)
             self.weights_source = f"synthetic(seed={mcfg.seed}, splitmix64)"
         self.device = torch.device(cfg.device)
@@ -285,7 +290,8 @@ class LLMEngine:
         """How decode steps run: captured graphs, static-buffer replay (CPU), or eager."""
         graphs = self.runner.graphs
         if graphs is None:
-            return {"mode": self.config.cuda_graphs, "decode": "eager"}
+            why = self.runner.eager_why
+            return {"mode": self.config.cuda_graphs, "decode": "eager", **({"eager_why": why} if why else {})}
         how = "cuda graphs" if graphs.capture else "static buffers, no capture (CPU)"
         return {"mode": self.config.cuda_graphs, "decode": how, **graphs.info()}
 
@@ -333,6 +339,7 @@ class LLMEngine:
             "shared_rng": cfg.shared_rng,
             "tp_size": cfg.tensor_parallel,  # SGLang's name for it
             "collective": self.kernels.implementations.get("allreduce"),  # None at tensor_parallel 1
+            "nccl_config": self.runner.nccl_config,  # None unless the ranks are NCCL ranks (CUDA)
             "sampler": "shared torch generator"
             if cfg.shared_rng
             else "counter-based splitmix64 keyed by (seed, position)",

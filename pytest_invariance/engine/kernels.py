@@ -152,7 +152,7 @@ DEFAULT_KERNELS = {
     "moe-experts": "torch-loop",
     "attention-prefill": "torch-sdpa",
     "attention-decode": "mutant:splitkv-decode-batched",
-    "allreduce": "torch-gloo",
+    "allreduce": "torch-gloo",  # CPU ranks; CUDA ranks: the torch-nccl row of their NCCL configuration
 }
 
 

@@ -53,6 +53,8 @@ def _plain_decode(it: Scheduled) -> bool:
 
 class ModelRunner:
     graphs: DecodeGraphs | None = None
+    eager_why: str | None = None  # why decode runs eager although graphs were asked (reported)
+    nccl_config: str | None = None  # the NCCL configuration of tensor-parallel CUDA ranks
 
     def __init__(self, cfg: EngineConfig, model: Model, kernels: Kernels, num_blocks: int):
         self.cfg = cfg

@@ -45,6 +45,7 @@ DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp1
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags of ``pytest-invariance serve``."""
+    from ..reference_kernels.collectives.nccl_configs import CONFIGS, DEFAULT
     from .config import GEMM_STRATEGIES, PRESETS
 
     p = _Parser(prog="pytest-invariance serve", description="Serve the bundled engine over HTTP.")
@@ -92,7 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "1,2,4,8,16,24,... up to --max-num-seqs while graphs are on; with graphs off, padding "
                    "only: a positive control)")  # fmt: skip
     p.add_argument("--tensor-parallel", type=_positive("--tensor-parallel"), default=1, metavar="N",
-                   help="run the forward on N gloo ranks on 127.0.0.1 (CPU; column/row/vocab-parallel)")  # fmt: skip
+                   help="run the forward on N ranks (column/row/vocab-parallel): gloo on 127.0.0.1 with "
+                   "--device cpu, NCCL with one GPU each (cuda:0..N-1) with --device cuda")  # fmt: skip
+    p.add_argument("--nccl-config", choices=list(CONFIGS), default=DEFAULT,
+                   help="the named NCCL environment the tensor-parallel CUDA ranks start under "
+                   f"(default {DEFAULT}; reference_kernels/collectives/nccl_configs.py)")  # fmt: skip
     p.add_argument("--max-n", type=_positive("--max-n"), default=DEFAULT_MAX_N)
     p.add_argument("--header-timeout", type=_seconds("--header-timeout"), default=10.0, metavar="S",
                    help="close a connection that has not sent a complete request head within S (default 10)")
@@ -155,6 +160,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         "split_kv": args.split_kv,
         "prefix_attention": args.prefix_attention,
         "tensor_parallel": args.tensor_parallel,
+        "nccl_config": args.nccl_config,
         "speculative": args.speculative,
         "cuda_graphs": args.cuda_graphs,
         "cuda_graph_buckets": args.cuda_graph_buckets,

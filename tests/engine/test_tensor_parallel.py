@@ -4,16 +4,23 @@ Invariant mode at TP2 (reference kernels on each shard, the rank-order reference
 give a probe request bit-identical greedy tokens and logprobs alone and in a batch of 16; default
 mode at TP2 (M-bucket split-K, stock gloo all-reduce) is the positive control and must not. TP1 vs
 TP2 is not promised bitwise (other partial sums): here it must only agree to bf16 precision.
+
+On CUDA the ranks are NCCL ranks, one GPU each. With one GPU only world size 1 runs: one NCCL rank
+whose shard is the whole model and whose all-reduce of one tensor is the identity (the reference
+all-gathers one part, upcasts it to fp32 and rounds back: exact), so it must give the in-process
+engine's bits. Without CUDA the refusals (more ranks than GPUs, an NCCL configuration where no NCCL
+rank runs) are checked here.
 """
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from pytest_invariance.engine.config import EngineConfig, ModelConfig
 from pytest_invariance.engine.llm import LLM
 from pytest_invariance.engine.sampler import SamplingParams
-from pytest_invariance.engine.tensor_parallel import check_shardable
+from pytest_invariance.engine.tensor_parallel import TPModelRunner, check_shardable, collective, eager_why
 
 pytestmark = pytest.mark.xdist_group("invariance-tensor-parallel")  # one worker starts the engines
 
@@ -130,3 +137,128 @@ def test_a_stalled_rank_fails_the_step_within_the_timeout():
             llm.generate([PROMPTS[1]], PARAMS)
     finally:
         pool.close()
+
+
+TINY = {"hidden": 256, "layers": 2, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512}
+
+
+def test_more_ranks_than_gpus_is_refused_in_one_line():
+    """Before any weight is built, so this runs without CUDA (2 ranks, 0 GPUs) as on one GPU (2 ranks)."""
+    gpus = torch.cuda.device_count()
+    n = max(2, gpus + 1)
+    want = rf"^--tensor-parallel {n} on cuda needs {n} GPUs \(one NCCL rank each\); {gpus} CUDA device\(s\) here$"
+    with pytest.raises(ValueError, match=want):
+        LLM(model=TINY, device="cuda", tensor_parallel=n, num_blocks=16)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"nccl_config": "nccl-bogus"}, "nccl_config must be one of nccl-default, nccl-vllm-invariant, "
+                                     "nccl-sglang-deterministic, got 'nccl-bogus'"),
+     ({"nccl_config": "nccl-vllm-invariant", "tensor_parallel": 2},
+      "needs device cuda and tensor_parallel > 1 .*got device cpu, tensor_parallel 2"),
+     ({"nccl_config": "nccl-vllm-invariant", "device": "cuda"},
+      "needs device cuda and tensor_parallel > 1 .*got device cuda, tensor_parallel 1")],
+)  # fmt: skip
+def test_an_nccl_config_nowhere_to_apply_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**kwargs)
+
+
+def test_the_serve_flag_sets_the_nccl_config():
+    from pytest_invariance.engine.server_cli import build_parser
+
+    args = build_parser().parse_args(["--tensor-parallel", "2", "--nccl-config", "nccl-sglang-deterministic"])
+    assert args.nccl_config == "nccl-sglang-deterministic" and build_parser().parse_args([]).nccl_config == "nccl-default"
+
+
+def _recording(runner) -> list[torch.Tensor]:
+    """Every step's sampled-row logits, as the runner hands them to the sampler (the real runner)."""
+    seen: list[torch.Tensor] = []
+    run = runner.run
+
+    def recorded(items):
+        out = run(items)
+        seen.append(out.sample_logits.clone())
+        return out
+
+    runner.run = recorded
+    return seen
+
+
+CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])
+ROUTES = {("cuda", False): "torch-nccl: nccl under nccl-default, 1 rank(s) on cuda:0..0, after o and down",
+          ("cuda", True): "reference: nccl under nccl-default, 1 rank(s) on cuda:0..0, after o and down",
+          ("cpu", False): "torch-gloo: gloo, 1 ranks on 127.0.0.1, after o and down",
+          ("cpu", True): "reference: gloo, 1 ranks on 127.0.0.1, after o and down"}  # fmt: skip
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+@pytest.mark.parametrize("batch_invariant", [False, True], ids=["default", "invariant"])
+def test_one_rank_gives_the_in_process_bits(device, batch_invariant):
+    """TPModelRunner at tensor_parallel 1 (one gloo rank on CPU; one NCCL rank on cuda:0) against the
+    in-process runner of an engine of the same config: greedy tokens, logprobs and every step's
+    logits bits. The CLI treats 1 as no TP, so the runner is put into the engine directly."""
+    kw = {"model": TINY, "device": device, "batch_invariant": batch_invariant, "num_blocks": 64, "cuda_graphs": "off"}
+    threads = torch.get_num_threads()
+    if device == "cpu":  # a gloo rank runs 1 thread, and default mode's split-KV count follows threads
+        kw["num_threads"] = 1
+    prompts = [f"rank {i}: " + "abc" * (3 * i) for i in range(4)]  # 4 lengths: mixed prefill and decode steps
+    params = SamplingParams(max_tokens=6, ignore_eos=True, logprobs=0)
+    try:
+        local = LLM(**kw)
+        local_logits = _recording(local.engine.runner)
+        want = local.generate(prompts, params)
+        llm = LLM(**kw)
+        e = llm.engine
+        e.runner = TPModelRunner(e.config, e.model, e.kernels, e.num_blocks)
+        try:
+            tp_logits = _recording(e.runner)
+            got = llm.generate(prompts, params)
+            info = llm.info()
+        finally:
+            e.runner.close()
+    finally:
+        torch.set_num_threads(threads)
+    assert e.runner.rank_devices == ["cuda:0" if device == "cuda" else "cpu"]
+    assert info["kernels"]["allreduce"] == ROUTES[device, batch_invariant]
+    assert info["nccl_config"] == ("nccl-default" if device == "cuda" else None)
+    assert "eager_why" not in info["cuda_graphs"]  # graphs off in both engines: nothing to report
+    assert max(c.max_batch_size for c in got) == 4, "the requests were not batched together"
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]
+    assert [c.logprobs for c in got] == [c.logprobs for c in want]
+    assert len(tp_logits) == len(local_logits) > 1
+    for step, (a, b) in enumerate(zip(tp_logits, local_logits, strict=True)):
+        assert a.device == b.device and a.device.type == device, f"step {step}: logits on {a.device}, {b.device}"
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32)), f"step {step}: logits bits differ"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "row"),
+    [({}, "torch-gloo"), ({"batch_invariant": True}, "reference"),
+     ({"device": "cuda"}, "torch-nccl"), ({"device": "cuda", "batch_invariant": True}, "reference"),
+     ({"device": "cuda", "nccl_config": "nccl-vllm-invariant"}, "torch-nccl-vllm-pinned"),
+     ({"device": "cuda", "nccl_config": "nccl-sglang-deterministic"}, "torch-nccl-sglang-pinned"),
+     ({"device": "cuda", "nccl_config": "nccl-vllm-invariant", "batch_invariant": True}, "reference")],
+)  # fmt: skip
+def test_the_ranks_all_reduce_with_the_catalogue_row_of_their_backend(kwargs, row):
+    from pytest_invariance.reference_kernels.catalogue import implementation
+
+    name = collective(EngineConfig(tensor_parallel=2, **kwargs))
+    assert name == row and implementation("allreduce", name) is not None
+
+
+def test_graphs_asked_of_tensor_parallel_ranks_are_reported_eager():
+    assert "cuda_graphs 'auto': no graphs on tensor-parallel ranks" in eager_why(EngineConfig(device="cuda", tensor_parallel=2))
+    assert "cuda_graphs 'on'" in eager_why(EngineConfig(device="cuda", cuda_graphs="on"))
+    assert eager_why(EngineConfig(device="cuda", cuda_graphs="off", tensor_parallel=2)) is None
+    assert eager_why(EngineConfig(tensor_parallel=2)) is None  # auto on CPU never captures
+    with pytest.raises(ValueError, match="cuda_graphs 'on' needs tensor_parallel 1 .*run the forward eager"):
+        EngineConfig(device="cuda", cuda_graphs="on", tensor_parallel=2)
+
+
+def test_cpu_ranks_report_gloo_and_no_nccl_config(default_tp2):
+    info = default_tp2.info()
+    assert info["nccl_config"] is None and default_tp2.engine.runner.rank_devices == ["cpu", "cpu"]
+    assert info["kernels"]["allreduce"] == "torch-gloo: gloo, 2 ranks on 127.0.0.1, after o and down"
+    assert "eager_why" not in info["cuda_graphs"]
