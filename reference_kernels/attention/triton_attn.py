@@ -65,7 +65,6 @@ class Tiles:
     num_warps: int = NUM_WARPS
     num_stages: int = NUM_STAGES
     block_n: int = BLOCK_N
-    warp_specialize: bool = False  # Triton's automatic warp specialization of the prefill loop
 
 
 PREFILL_TILES = Tiles()
@@ -248,7 +247,6 @@ def _attn_kernel(
     DECODE: tl.constexpr,
     IEEE: tl.constexpr,
     EVEN_D: tl.constexpr,
-    WS: tl.constexpr = False,
 ):
     tile = tl.program_id(0)
     head_kv = tl.program_id(1)
@@ -303,13 +301,13 @@ def _attn_kernel(
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        for it in tl.range(0, n_safe, warp_specialize=WS):
+        for it in range(0, n_safe):
             m, lsum, o, m_i, l_i, acc = _flat_step(
                 it, bps, q, K, V, BT, seq, k0, head_kv, tile_limit, limit, qk_scale, SPLIT,
                 m, lsum, o, m_i, l_i, acc, stride_kt, stride_kh, stride_bt, offs_d, d_mask,
                 BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, False,
             )  # fmt: skip
-        for it in tl.range(n_safe, n_iter, warp_specialize=WS):
+        for it in range(n_safe, n_iter):
             m, lsum, o, m_i, l_i, acc = _flat_step(
                 it, bps, q, K, V, BT, seq, k0, head_kv, tile_limit, limit, qk_scale, SPLIT,
                 m, lsum, o, m_i, l_i, acc, stride_kt, stride_kh, stride_bt, offs_d, d_mask,
@@ -427,7 +425,7 @@ def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, pa
         q.stride(0), q.stride(1), k.stride(-3), k.stride(-2), bt.stride(0), 0, q.shape[1], d, split,
         G=g, BLOCK_M=t.block_m, BLOCK_N=blk_n, BLOCK_D=block_d, CAUSAL=causal,
         PAGED=paged, PAGE=page, DECODE=False, IEEE=q.dtype == torch.float32, EVEN_D=block_d == d,
-        WS=t.warp_specialize, num_warps=t.num_warps, num_stages=t.num_stages,
+        num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     return out
 
