@@ -16,6 +16,7 @@ Launch hooks (profilers, ``knobs.runtime.launch_enter_hook``) always take the JI
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -61,15 +62,31 @@ class Launcher:
             if made is not None:
                 self.plans[key] = made
 
+    def tail(self, n_args: int, constexprs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The values after the first ``n_args`` arguments that a direct launch passes (the JIT passes
+        constexprs too; the compiled launcher skips them): the call's, else the parameter's default.
+        None where one has neither: such a call cannot get a plan, and would run the slow JIT path
+        every time (a test checks that every call site gets one)."""
+        fn = getattr(self.kernel, "fn", None)
+        params = inspect.signature(fn).parameters if fn is not None else {}
+        out = []
+        for name in self.arg_names[n_args:]:
+            if name in constexprs:
+                out.append(constexprs[name])
+            elif name in params and params[name].default is not inspect.Parameter.empty:
+                out.append(params[name].default)
+            else:
+                return None
+        return tuple(out)
+
     def _plan(self, compiled: Any, grid: tuple[int, ...], n_args: int, constexprs: dict[str, Any]):
         """The direct launch of ``compiled``, or None where this triton has another launcher shape."""
         run = getattr(compiled, "run", None)
         function = getattr(compiled, "function", None)
         packed = getattr(compiled, "packed_metadata", None)
-        names = self.arg_names[n_args:]
-        if run is None or function is None or packed is None or any(n not in constexprs for n in names):
+        tail = self.tail(n_args, constexprs)
+        if run is None or function is None or packed is None or tail is None:
             return None
-        tail = tuple(constexprs[n] for n in names)  # the JIT passes constexprs too; the launcher skips them
         g = (*grid, 1, 1)
         g0, g1, g2 = int(g[0]), int(g[1]), int(g[2])
         raw_stream = torch._C._cuda_getCurrentRawStream

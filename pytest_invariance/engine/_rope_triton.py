@@ -49,7 +49,7 @@ def rotate_query_key(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tens
         return q, k
     if qkv.stride(-1) != 1:
         raise ValueError("qkv must be contiguous along the hidden dimension")
-    pos = positions if positions.dtype in (torch.int32, torch.int64) else positions.long()
+    pos = (positions if positions.dtype in (torch.int32, torch.int64) else positions.long()).contiguous()
     key = (t, heads, kv_heads, head_dim, qkv.stride(0), qkv.dtype, pos.dtype, qkv.device.index,
            *aligned(qkv, cos, sin, pos, q, k))  # fmt: skip
     _launcher.launch(key, (t, heads + kv_heads), (qkv, cos, sin, pos, q, k, qkv.stride(0), heads, kv_heads),

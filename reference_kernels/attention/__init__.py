@@ -53,7 +53,11 @@ __all__ = [
 ]
 
 
-def _use_triton(t: torch.Tensor, backend: str) -> bool:
+def _use_triton(t: torch.Tensor, backend: str, scale: float | None = None) -> bool:
+    """Which path runs; refuses a non-positive scale on both (the Triton kernel takes the row max
+    before scaling, exact only for a positive scale; the paths promise the same inputs)."""
+    if scale is not None and not scale > 0:
+        raise ValueError(f"softmax scale must be positive, got {scale}")
     return resolve(t, backend) != "torch"
 
 
@@ -70,7 +74,7 @@ def prefill_varlen(
     backend: str = "auto",
 ) -> torch.Tensor:
     """Batch-invariant varlen prefill (see the module docstring)."""
-    if _use_triton(q, backend):
+    if _use_triton(q, backend, scale):
         from .triton_attn import prefill_varlen_triton
 
         return prefill_varlen_triton(
@@ -94,7 +98,7 @@ def prefill_paged(
     backend: str = "auto",
 ) -> torch.Tensor:
     """Causal prefill of each sequence's last ``len_q`` tokens over its paged cache."""
-    if _use_triton(q, backend):
+    if _use_triton(q, backend, scale):
         from .triton_attn import prefill_paged_triton
 
         return prefill_paged_triton(
@@ -117,7 +121,7 @@ def decode_paged(
     backend: str = "auto",
 ) -> torch.Tensor:
     """Batch-invariant paged decode with a fixed split size and a fixed-order merge."""
-    if _use_triton(q, backend):
+    if _use_triton(q, backend, scale):
         from .triton_attn import decode_paged_triton
 
         return decode_paged_triton(

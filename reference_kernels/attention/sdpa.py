@@ -58,6 +58,8 @@ def sdpa(
     """SDPA over ``q[B, Hq, Lq, D]``, ``k, v[B, Hkv, Lk, D]``; None where not covered (see module)."""
     if dropout_p or q.dim() != 4 or k.dim() != 4 or v.shape != k.shape or q.shape[-1] != k.shape[-1]:
         return None
+    if scale is not None and not scale > 0:  # the reference takes the row max before scaling
+        return None
     b, hq, lq, d = q.shape
     hkv, lk = k.shape[1], k.shape[2]
     if (hq != hkv and not enable_gqa) or hq % hkv or k.shape[0] != b:

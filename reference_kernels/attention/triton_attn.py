@@ -265,7 +265,7 @@ def _attn_kernel(
         limit = tl.where(row_ok, pos + 1, 0)
     else:
         limit = tl.where(row_ok, kvl, 0)
-    limit = tl.minimum(limit, kvl)
+    limit = tl.maximum(tl.minimum(limit, kvl), 0)  # a query before the keys (len_q > len_k) sees none
     tile_limit = tl.max(limit, 0)
     safe = tl.min(tl.where(row_ok, limit, tile_limit), 0)  # every live row sees the keys below this
     offs_d = tl.arange(0, BLOCK_D)
@@ -371,7 +371,7 @@ def _block_n(split: int, block_n: int = BLOCK_N) -> int:
     """Key block: BLOCK_N, or the largest power of two <= the split when smaller (tiny test splits).
 
     A split that the block does not tile still works (its last block is masked):
-    the split-KV mutants use near-equal splits of any size; the reference's 256 is tiled exactly.
+    the split-KV mutants use near-equal splits of any size; the reference's ``SPLIT_SIZE`` is tiled exactly.
     """
     if split < 16:
         raise ValueError(f"split size {split} must be >= 16")

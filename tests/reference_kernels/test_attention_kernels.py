@@ -236,3 +236,63 @@ def test_heuristic_split_size_cuts_the_longest_sequence_into_near_equal_parts():
     assert M.heuristic_split_size(64, 100) == 16  # floor
     for n in (1, 2, 3, 5, 17, 64):
         assert -(-8448 // M.heuristic_split_size(n, 8448)) <= n
+
+
+_FLAT_LOOP_SCRIPT = r"""
+import torch
+from pytest_invariance.reference_kernels.attention import triton_attn as ta
+
+
+def cu(lens):
+    return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def same(a, b):
+    return torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
+
+
+g = torch.Generator().manual_seed(7)
+for hq, hkv, d in ((4, 1, 16), (2, 2, 12)):
+    lens = [300, 129, 40]
+    seqs = [tuple(torch.randn(n, h, d, generator=g) for h in (hq, hkv, hkv)) for n in lens]
+    q, k, v = (torch.cat([s[i] for s in seqs]) for i in range(3))
+    for split in (128, 48):  # two 64-key blocks per split; a split the 32-key block does not tile
+        out = ta.prefill_varlen_triton(q, k, v, cu(lens), cu(lens), split_size=split)
+        q0, k0, v0 = seqs[0]
+        alone = ta.prefill_varlen_triton(q0, k0, v0, cu([300]), cu([300]), split_size=split)
+        assert same(alone, out[:300]), ("alone vs batch", hq, d, split)
+        parts = [ta.prefill_varlen_triton(q0[a : a + 100], k0[: a + 100], v0[: a + 100], cu([100]), cu([a + 100]),
+                                          split_size=split) for a in (0, 100, 200)]
+        assert same(torch.cat(parts), alone), ("chunked vs whole", hq, d, split)
+        page = 16
+        kc = torch.zeros(20, page, hkv, d)
+        vc = torch.zeros_like(kc)
+        bt = torch.arange(19, dtype=torch.int32).flip(0)[None, :]
+        slot = (bt[0].long()[torch.arange(300) // page] * page + torch.arange(300) % page)
+        kc.view(-1, hkv, d)[slot], vc.view(-1, hkv, d)[slot] = k0, v0
+        for t in (0, split - 1, split, 2 * split + 5, 299):
+            dec = ta.decode_paged_triton(q0[t : t + 1], kc, vc, bt, torch.tensor([t + 1], dtype=torch.int32),
+                                         split_size=split)
+            assert same(dec[0], alone[t]), ("decode vs prefill", hq, d, split, t)
+# more queries than keys: the queries before the first key see nothing, the rest their own keys
+qa, ka, va = (torch.randn(n, h, 16, generator=g) for n, h in ((200, 4), (32, 1), (32, 1)))
+out = ta.prefill_varlen_triton(qa, ka, va, cu([200]), cu([32]), split_size=16)
+assert torch.count_nonzero(out[:168]) == 0
+assert same(out[168:], ta.prefill_varlen_triton(qa[168:], ka, va, cu([32]), cu([32]), split_size=16))
+print("OK")
+"""
+
+
+def test_triton_prefill_loop_across_splits_and_untiled_splits_under_interpreter():
+    """The prefill's one loop over (split, block): several blocks per split, splits the block does not
+    tile, D below its block, GQA and MHA: a row alone == in a batch, chunked == whole, decode ==
+    prefill at split edges, and queries before the first key see none (own process: the interpreter
+    must be chosen before triton is imported)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", _FLAT_LOOP_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]

@@ -90,3 +90,62 @@ def test_splitk_reduction_kernel_equals_the_torch_chain(m, bias):
         want = want + b.float()
     got = reduce_partials(p, b, torch.bfloat16)
     assert torch.equal(got.view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
+
+
+_PLAN_SCRIPT = r"""
+import torch
+from pytest_invariance.reference_kernels import launch
+
+misses = []
+launched = set()
+original = launch.Launcher.launch
+
+
+def spy(self, key, grid, args, constexprs, options=None):
+    name = getattr(self.kernel, "__name__", None) or getattr(getattr(self.kernel, "fn", None), "__name__", "?")
+    launched.add(name)
+    if self.tail(len(args), constexprs) is None:
+        misses.append(name)
+    return original(self, key, grid, args, constexprs, options)
+
+
+launch.Launcher.launch = spy
+from pytest_invariance.engine._rope_triton import rotate_query_key
+from pytest_invariance.reference_kernels import matmul_triton as mt
+from pytest_invariance.reference_kernels import rowops
+from pytest_invariance.reference_kernels.attention import triton_attn as ta
+from pytest_invariance.reference_kernels.mutants.splitk_reduce_triton import reduce_partials
+
+g = torch.Generator().manual_seed(0)
+q = torch.randn(2, 4, 16, generator=g)
+kc = torch.randn(5, 16, 2, 16, generator=g)
+ta.decode_paged_triton(q, kc, kc.clone(), torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+                       torch.tensor([20, 7], dtype=torch.int32), split_size=16)
+mt.bmm_triton(torch.randn(1, 5, 16).to(torch.bfloat16), torch.randn(1, 16, 8).to(torch.bfloat16))
+x = torch.randn(3, 32, generator=g)
+rowops.rms_norm(x, torch.ones(32), 1e-6, backend="interpret")
+rowops.log_softmax(x, backend="interpret")
+rowops.mean(x, backend="interpret")
+reduce_partials(torch.randn(2, 3, 8, generator=g), None, torch.float32)
+rotate_query_key(torch.randn(3, 64, generator=g), torch.arange(3), torch.ones(8, 8), torch.zeros(8, 8), 2, 1, 16)
+print("LAUNCHED", sorted(launched))
+print("MISSES", sorted(set(misses)))
+"""
+
+
+def test_every_call_site_gives_a_plan_its_constexprs():
+    """A call that leaves out a constexpr without a default gets no plan and silently takes the slow
+    JIT path on every call (a decode kernel once did, eager decode 2-4x slower on the H200): every
+    kernel launched through a Launcher must cover its constexprs (run by the Triton interpreter)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", _PLAN_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith(("LAUNCHED", "MISSES")))
+    assert lines["MISSES"] == "[]", proc.stdout
+    for kernel in ("_attn_kernel", "_merge_kernel", "_rope_kernel", "_reduce_kernel"):
+        assert kernel in lines["LAUNCHED"], proc.stdout
