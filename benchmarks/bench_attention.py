@@ -277,7 +277,9 @@ def sweep(writer: PerfWriter) -> list[str]:
         tiles = ta.Tiles(*t)
         try:
             got = ta.prefill_varlen_triton(q, k, v, cu, cu, tiles=tiles, split_size=split)
-            same = torch.equal(got.view(torch.int16), base(tiles.block_n, split).view(torch.int16))
+            # the (64, 4, 2) candidate is the base itself: its bits check says nothing, so it says so
+            same = ("base" if tiles == ta.Tiles(block_n=tiles.block_n)
+                    else torch.equal(got.view(torch.int16), base(tiles.block_n, split).view(torch.int16)))
             fn = lambda *a, tiles=tiles, split=split: ta.prefill_varlen_triton(*a, tiles=tiles, split_size=split)  # noqa: E731
             fn(*pargs)
             ms = bench_ms(fn, [pargs])
