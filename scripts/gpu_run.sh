@@ -49,9 +49,9 @@ for arg in "$@"; do
     rowops) phase rowops "${LIMIT:-150}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;
     matmul) phase matmul "${LIMIT:-200}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_matmul.py -m gpu;;
     fp8) phase fp8 "${LIMIT:-200}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_fp8.py -m gpu;;
-    attention) phase attention "${LIMIT:-240}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} --durations=30 suites/ops/test_attention.py -m gpu -k "reference or mutant";;
-    attention-decode) phase attention-decode "${LIMIT:-200}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_attention.py -m gpu -k "(reference or mutant) and decode";;
-    attention-stock) phase attention-stock "${LIMIT:-300}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} --durations=30 suites/ops/test_attention.py -m gpu -k "torch and not (math and L8192)";;
+    attention) phase attention "${LIMIT:-240}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} --durations=30 suites/ops/test_attention_prefill.py suites/ops/test_attention_decode.py -m gpu -k "reference or mutant";;
+    attention-decode) phase attention-decode "${LIMIT:-200}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_attention_decode.py -m gpu -k "reference or mutant";;
+    attention-stock) phase attention-stock "${LIMIT:-300}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} --durations=30 suites/ops/test_attention_prefill.py suites/ops/test_attention_decode.py -m gpu -k "torch and not (math and L8192)";;
     launch-tests) phase launch-tests "${LIMIT:-90}" "${PYT[@]}" tests/reference_kernels/test_launch.py tests/engine/test_decode_graphs.py -m gpu;;
     unit) phase unit "${LIMIT:-120}" "${PYT[@]}" tests -m gpu;;
     bench-moe) phase bench-moe "${LIMIT:-150}" python3 benchmarks/bench_moe.py;;

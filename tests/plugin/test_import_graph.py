@@ -162,3 +162,29 @@ def test_localize_never_imports_pytest_or_the_judge():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             bad += [f"{name} -> {n}" for n in names if n.split(".")[0] == "pytest" or n.endswith((".judge", ".fixture", ".plugin"))]
     assert bad == []
+
+
+def _suite_test_module(module: str) -> bool:
+    return module.startswith("pytest_invariance.suites.") and module.rsplit(".", 1)[-1].startswith("test_")
+
+
+def test_suite_test_modules_share_code_only_through_helper_modules():
+    """A suite's ``test_*`` module imports no other: shared cases and runs live in ``_``-modules
+    (``suites/ops/_attention_cases.py``), so splitting a suite never makes one test file depend on
+    another's collection."""
+    bad = sorted(
+        f"{a} -> {b}"
+        for a, targets in import_graph().items()
+        if _suite_test_module(a)
+        for b in targets
+        if _suite_test_module(b)
+    )
+    assert bad == [], "suite test modules importing each other: " + "; ".join(bad)
+
+
+def test_the_suite_rule_sees_the_attention_helpers():
+    g = import_graph()
+    for name in ("test_attention_prefill", "test_attention_decode"):
+        assert "pytest_invariance.suites.ops._attention_runs" in g[f"pytest_invariance.suites.ops.{name}"]
+    assert _suite_test_module("pytest_invariance.suites.ops.test_attention_decode")
+    assert not _suite_test_module("pytest_invariance.suites.ops._attention_cases")
