@@ -65,6 +65,9 @@ class Tiles:
     num_warps: int = NUM_WARPS
     num_stages: int = NUM_STAGES
     block_n: int = BLOCK_N
+    # Decode only: the last split program of a (sequence, KV head) to finish merges the partials
+    # itself (``_merge_if_last``) instead of a second kernel; the same folds in the same order.
+    fused_merge: bool = False
 
 
 PREFILL_TILES = Tiles()
@@ -85,6 +88,44 @@ def _merge(m, lsum, o, mj, lj, oj):
     l_new = tl.fma(lsum, a, lj * b)
     o_new = tl.fma(o, a[:, None], oj * b[:, None])
     return mn, l_new, o_new
+
+
+@triton.jit
+def _merge_splits(Mp, Lp, Op, pidx0, n_splits, row_ok, offs_d, d_mask, D, STAGES: tl.constexpr):
+    """Fold the decode partials of splits ``0 .. n_splits - 1`` left to right and normalise: the one
+    merge of both decode paths (``_merge_kernel``'s rows, ``_merge_if_last``'s tile). ``.cg`` loads
+    read L2, where the other programs' partials are (L1 is not coherent across SMs)."""
+    om = row_ok[:, None] & d_mask[None, :]
+    m = tl.load(Mp + pidx0, mask=row_ok, other=0.0, cache_modifier=".cg")
+    lsum = tl.load(Lp + pidx0, mask=row_ok, other=0.0, cache_modifier=".cg")
+    o = tl.load(Op + pidx0[:, None] * D + offs_d[None, :], mask=om, other=0.0, cache_modifier=".cg")
+    # Software-pipelined: the loads of later splits do not depend on the fold, only the fold on
+    # them, so they are issued ahead (same fold, same order: the arithmetic is unchanged).
+    for sp in tl.range(1, n_splits, num_stages=STAGES):
+        mj = tl.load(Mp + pidx0 + sp, mask=row_ok, other=0.0, cache_modifier=".cg")
+        lj = tl.load(Lp + pidx0 + sp, mask=row_ok, other=0.0, cache_modifier=".cg")
+        oj = tl.load(Op + (pidx0 + sp)[:, None] * D + offs_d[None, :], mask=om, other=0.0, cache_modifier=".cg")
+        m, lsum, o = _merge(m, lsum, o, mj, lj, oj)
+    has = lsum > 0
+    return tl.where(has[:, None], o / tl.where(has, lsum, 1.0)[:, None], 0.0)
+
+
+@triton.jit
+def _merge_if_last(Out, Mp, Lp, Op, Count, seq, head_kv, n_splits, pidx0, o_ptrs, row_ok, offs_d, d_mask, D,
+                   STAGES: tl.constexpr):  # fmt: skip
+    """Count this split program in; the last of its (sequence, KV head) to arrive merges every split.
+
+    Which program comes last changes nothing: the merge reads all partials from memory in split
+    order. The barrier puts every thread's partial stores before the counter's release (and the
+    acquire before the merge's loads); the last program resets its counter to 0, so the buffer is
+    ready for the next call with no memset (and a CUDA graph replays none)."""
+    tl.debug_barrier()
+    cnt = Count + seq * tl.num_programs(1) + head_kv
+    ticket = tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu")
+    if ticket == n_splits - 1:
+        tl.atomic_xchg(cnt, 0, sem="relaxed", scope="gpu")
+        out = _merge_splits(Mp, Lp, Op, pidx0, n_splits, row_ok, offs_d, d_mask, D, STAGES)
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_mask[None, :])
 
 
 @triton.jit
@@ -221,6 +262,7 @@ def _attn_kernel(
     Mp,
     Lp,
     Op,
+    Count,
     tile_seq,
     tile_tok0,
     q_start,
@@ -247,6 +289,8 @@ def _attn_kernel(
     DECODE: tl.constexpr,
     IEEE: tl.constexpr,
     EVEN_D: tl.constexpr,
+    FUSED_MERGE: tl.constexpr = False,
+    MERGE_STAGES: tl.constexpr = 8,
 ):
     tile = tl.program_id(0)
     head_kv = tl.program_id(1)
@@ -272,6 +316,7 @@ def _attn_kernel(
     d_mask = offs_d < D
     q_ptrs = Q + (q0 + tok).to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_mask[None, :], other=0.0)
+    o_ptrs = Out + (q0 + tok).to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
     if DECODE:
         sp = tl.program_id(2)
         start = sp * SPLIT
@@ -282,10 +327,19 @@ def _attn_kernel(
                 stride_kt, stride_kh, stride_bt, offs_d, d_mask,
                 BLOCK_M, BLOCK_N, BLOCK_D, PAGED, PAGE, IEEE, EVEN_D,
             )  # fmt: skip
-            pidx = ((q0 + tok).to(tl.int64) * H_Q + head) * stride_ps + sp
+            pidx0 = ((q0 + tok).to(tl.int64) * H_Q + head) * stride_ps
+            pidx = pidx0 + sp
             tl.store(Mp + pidx, mj, mask=row_ok)
             tl.store(Lp + pidx, lj, mask=row_ok)
             tl.store(Op + pidx[:, None] * D + offs_d[None, :], oj, mask=row_ok[:, None] & d_mask[None, :])
+            if FUSED_MERGE:
+                n_splits = tl.cdiv(tile_limit, SPLIT)
+                _merge_if_last(Out, Mp, Lp, Op, Count, seq, head_kv, n_splits, pidx0, o_ptrs, row_ok, offs_d,
+                               d_mask, D, MERGE_STAGES)  # fmt: skip
+        if FUSED_MERGE:
+            if tile_limit == 0 and sp == 0:  # no key at all: nothing to merge, the output is zero
+                tl.store(o_ptrs, tl.zeros([BLOCK_M, BLOCK_D], tl.float32).to(Out.dtype.element_ty),
+                         mask=row_ok[:, None] & d_mask[None, :])  # fmt: skip
     else:
         # One loop over every (split, block) up to the tile's last key, so loads stay pipelined
         # across split boundaries; the same blocks, in the same order, as one loop per split.
@@ -317,9 +371,6 @@ def _attn_kernel(
         m, lsum, o = _fold(m, lsum, o, m_i, l_i, acc, last, limit)
         has = lsum > 0
         out = tl.where(has[:, None], o / tl.where(has, lsum, 1.0)[:, None], 0.0)
-        o_ptrs = (
-            Out + (q0 + tok).to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
-        )
         tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_mask[None, :])
 
 
@@ -350,21 +401,10 @@ def _merge_kernel(
     kvl = tl.load(kv_len + b)
     n_splits = (kvl + SPLIT - 1) // SPLIT
     base = (b.to(tl.int64) * H_Q + head) * stride_ps
-    om = d_mask[None, :]
-    m = tl.load(Mp + base)
-    lsum = tl.load(Lp + base)
-    o = tl.load(Op + base[:, None] * D + offs_d[None, :], mask=om, other=0.0)
-    # Software-pipelined: the loads of later splits do not depend on the fold, only the fold on
-    # them, so they are issued ahead (same fold, same order: the arithmetic is unchanged).
-    for sp in tl.range(1, n_splits, num_stages=MERGE_STAGES):
-        mj = tl.load(Mp + base + sp)
-        lj = tl.load(Lp + base + sp)
-        oj = tl.load(Op + (base + sp)[:, None] * D + offs_d[None, :], mask=om, other=0.0)
-        m, lsum, o = _merge(m, lsum, o, mj, lj, oj)
-    has = lsum > 0
-    out = tl.where(has[:, None], o / tl.where(has, lsum, 1.0)[:, None], 0.0)
+    one = head < H_Q  # the one row, as a mask
+    out = _merge_splits(Mp, Lp, Op, base, n_splits, one, offs_d, d_mask, D, MERGE_STAGES)
     o_ptrs = Out + b.to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
-    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=om)
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=d_mask[None, :])
 
 
 def _block_n(split: int, block_n: int = BLOCK_N) -> int:
@@ -420,7 +460,7 @@ def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, pa
     dummy = torch.empty(1, device=q.device, dtype=torch.float32)
     grid = (tile_seq.numel(), hkv)
     _attn_kernel[grid](
-        q, k, v, bt, out, dummy, dummy, dummy, tile_seq, tile_tok0,
+        q, k, v, bt, out, dummy, dummy, dummy, bt, tile_seq, tile_tok0,
         q_start, len_q, kv_start, kv_len, qk_scale,
         q.stride(0), q.stride(1), k.stride(-3), k.stride(-2), bt.stride(0), 0, q.shape[1], d, split,
         G=g, BLOCK_M=t.block_m, BLOCK_N=blk_n, BLOCK_D=block_d, CAUSAL=causal,
@@ -481,6 +521,28 @@ def _decode_index(b: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor
     return got
 
 
+_counters: dict[torch.device, torch.Tensor] = {}
+_kept_counters: list[torch.Tensor] = []
+COUNTER_CHUNK = 1 << 16  # arrival counters per buffer at least: (sequence, KV head) pairs
+
+
+def _merge_counters(n: int, dev: torch.device) -> torch.Tensor:
+    """Zeroed int32 arrival counters for the fused merge, one per (sequence, KV head).
+
+    Every call leaves them zero (the last program of each pair resets its own), so one buffer per
+    device serves every call in stream order; calls on two streams at once must not share it. A
+    buffer is never freed while cached (a captured graph may hold it); inside a capture with none
+    large enough, a fresh one is made and not kept (see ``_decode_index``)."""
+    got = _counters.get(dev)
+    if got is not None and got.numel() >= n:
+        return got
+    fresh = torch.zeros(max(n, COUNTER_CHUNK), device=dev, dtype=torch.int32)
+    if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        _kept_counters.append(fresh)
+        _counters[dev] = fresh
+    return fresh
+
+
 _launchers: dict = {}
 
 
@@ -493,7 +555,8 @@ def _launch(kernel, key, grid, args, consts, options) -> None:
 
 def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, split_size=SPLIT_SIZE,
                         tiles: Tiles | None = None):  # fmt: skip
-    """Split-KV decode: one program per (sequence, KV head, split), then a fixed-order merge.
+    """Split-KV decode: one program per (sequence, KV head, split), then a fixed-order merge (a second
+    kernel, or with ``tiles.fused_merge`` the last split program of each (sequence, KV head)).
     ``tiles``: benchmarks only (``bench_attention.py --sweep``), never for results."""
     t = tiles or DECODE_TILES
     if t.block_m % max(1, q.shape[1] // k_cache.shape[2]):  # a tile holds whole tokens' G rows
@@ -519,18 +582,20 @@ def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=Non
     op = torch.empty((b, hq, max_splits, d), device=dev, dtype=torch.float32)
     ones, ar, zeros = _decode_index(b, dev)
     lens = _i32(seq_lens, dev)
+    count = _merge_counters(b * hkv, dev) if t.fused_merge else bt
     key = None
     if q.is_cuda:
         key = (q.shape, q.dtype, k_cache.shape, k_cache.stride(), k_cache.dtype, bt.shape, bt.stride(), split_size,
-               dev.index, t, *aligned(q, k_cache, v_cache, bt, lens))  # fmt: skip
+               dev.index, t, *aligned(q, k_cache, v_cache, bt, lens, count))  # fmt: skip
     opts = {"num_warps": t.num_warps, "num_stages": t.num_stages}
     _launch(_attn_kernel, key, (b, hkv, max_splits), (
-        q, k_cache, v_cache, bt, out, mp, lp, op, ar, zeros, ar, ones, zeros, lens, qk_scale,
+        q, k_cache, v_cache, bt, out, mp, lp, op, count, ar, zeros, ar, ones, zeros, lens, qk_scale,
         q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), bt.stride(0), max_splits, hq, d, split_size),
         {"G": g, "BLOCK_M": t.block_m, "BLOCK_N": blk_n, "BLOCK_D": block_d, "CAUSAL": True,
          "PAGED": True, "PAGE": page, "DECODE": True, "IEEE": q.dtype == torch.float32,
-         "EVEN_D": block_d == d}, opts)  # fmt: skip
-    _launch(_merge_kernel, key, (b, hq), (
-        out, mp, lp, op, lens, q.stride(0), q.stride(1), max_splits, hq, d, split_size),
-        {"BLOCK_D": block_d, "MERGE_STAGES": MERGE_STAGES}, {"num_warps": 1})  # fmt: skip
+         "EVEN_D": block_d == d, "FUSED_MERGE": t.fused_merge, "MERGE_STAGES": MERGE_STAGES}, opts)  # fmt: skip
+    if not t.fused_merge:
+        _launch(_merge_kernel, key, (b, hq), (
+            out, mp, lp, op, lens, q.stride(0), q.stride(1), max_splits, hq, d, split_size),
+            {"BLOCK_D": block_d, "MERGE_STAGES": MERGE_STAGES}, {"num_warps": 1})  # fmt: skip
     return out

@@ -121,6 +121,8 @@ q = torch.randn(2, 4, 16, generator=g)
 kc = torch.randn(5, 16, 2, 16, generator=g)
 ta.decode_paged_triton(q, kc, kc.clone(), torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
                        torch.tensor([20, 7], dtype=torch.int32), split_size=16)
+ta.decode_paged_triton(q, kc, kc.clone(), torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+                       torch.tensor([20, 7], dtype=torch.int32), split_size=16, tiles=ta.Tiles(fused_merge=True))
 mt.bmm_triton(torch.randn(1, 5, 16).to(torch.bfloat16), torch.randn(1, 16, 8).to(torch.bfloat16))
 x = torch.randn(3, 32, generator=g)
 rowops.rms_norm(x, torch.ones(32), 1e-6, backend="interpret")
