@@ -52,7 +52,7 @@ for arg in "$@"; do
     attention) phase attention "${LIMIT:-240}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} --durations=30 suites/ops/test_attention_prefill.py suites/ops/test_attention_decode.py -m gpu -k "reference or mutant";;
     attention-decode) phase attention-decode "${LIMIT:-200}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_attention_decode.py -m gpu -k "reference or mutant";;
     attention-stock) phase attention-stock "${LIMIT:-300}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} --durations=30 suites/ops/test_attention_prefill.py suites/ops/test_attention_decode.py -m gpu -k "torch and not (math and L8192)";;
-    launch-tests) phase launch-tests "${LIMIT:-90}" "${PYT[@]}" tests/reference_kernels/test_launch.py tests/engine/test_decode_graphs.py -m gpu;;
+    launch-tests) phase launch-tests "${LIMIT:-90}" "${PYT[@]}" tests/reference_kernels/test_launch.py tests/reference_kernels/test_attention_fused_merge.py tests/engine/test_decode_graphs.py -m gpu;;
     unit) phase unit "${LIMIT:-120}" "${PYT[@]}" tests -m gpu;;
     bench-moe) phase bench-moe "${LIMIT:-150}" python3 benchmarks/bench_moe.py;;
     bench-allreduce) phase bench-allreduce "${LIMIT:-300}" python3 benchmarks/bench_allreduce.py --out "$WORK";;
@@ -62,7 +62,7 @@ for arg in "$@"; do
     sweep-large) phase sweep-large "${LIMIT:-200}" python3 benchmarks/bench_gemm.py --sweep-large;;
     bench-launch) phase bench-launch "${LIMIT:-60}" python3 benchmarks/bench_launch.py;;
     ladder) phase ladder "${LIMIT:-120}" python3 benchmarks/ladder_classes.py --model llama3-8b --device cuda --out "$WORK";;
-    attention-sweep) phase attention-sweep "${LIMIT:-150}" python3 benchmarks/bench_attention.py --sweep;;
+    attention-sweep) phase attention-sweep "${LIMIT:-200}" python3 benchmarks/bench_attention.py --sweep;;
     engine-eager) phase engine-eager "${LIMIT:-200}" python3 benchmarks/bench_engine.py --model llama3-8b --device cuda --batches 1,8,64 --cuda-graphs off --out "$WORK";;
     bench-attention) phase bench-attention "${LIMIT:-150}" python3 benchmarks/bench_attention.py --quick;;
     e2e) phase e2e "${LIMIT:-${E2E_LIMIT:-150}}" bash scripts/gpu_e2e.sh "$WORK";;
