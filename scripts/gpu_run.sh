@@ -35,7 +35,11 @@ phase() {  # name limit_s command...
   local t0; t0=$(date +%s)
   ( cd "$PWD" && OUT="$WORK" timeout "$limit" "$@" ) >"$WORK/$name.log" 2>&1
   local rc=$?
-  printf '%-16s rc=%-4s %5ss  %s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -1 "$WORK/$name.log" | cut -c1-90)" >>"$SUMMARY"
+  # A pytest phase stopped at its limit says how far it got (its last "[ NN%]"): with the elapsed
+  # seconds that bounds the whole phase's cost (the full profile's per-family wall time).
+  local done=""
+  [ "$rc" = 124 ] && done="stopped at $(grep -o '\[ *[0-9]*%\]' "$WORK/$name.log" | tail -1 | tr -d '[] ') of its tests; "
+  printf '%-16s rc=%-4s %5ss  %s%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$done" "$(tail -1 "$WORK/$name.log" | cut -c1-90)" >>"$SUMMARY"
 }
 
 for arg in "$@"; do
