@@ -9,7 +9,8 @@ from __future__ import annotations
 
 FAMILIES = (
     "matmul", "rmsnorm", "softmax", "mean", "attention-prefill", "attention-decode", "fp8-gemm",
-    "moe-router", "moe-experts", "allreduce", "engine",
+    "moe-router", "moe-experts", "allreduce", "add-rmsnorm", "rmsnorm-fp8-quant", "fp8-block-gemm", "int4-gemm",
+    "lora", "linear-attention", "engine",
 )  # fmt: skip
 
 # Oracles
@@ -41,6 +42,12 @@ VERDICTS = (INVARIANT, DIVERGENT, VACUOUS, INCOMPLETE, UNSUPPORTED)
 
 # Quantization of a plain floating dtype (by torch dtype name): fp32 is IEEE unless measured otherwise.
 QUANTIZATION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
+
+# Quantizations of the quantized families that are not a plain dtype (the fp8-e4m3-* names live in
+# reference_kernels.fp8): DeepSeek-V3 block FP8 (128x128 weight blocks, 1x128 activation groups)
+# and int4 weight-only with a scale and zero per 128 input channels (GPTQ/AWQ), bf16 activations.
+FP8_BLOCK = "fp8-e4m3-block128"
+INT4_G128 = "int4-g128-bf16"
 
 ENGINES = ("bundled", "vllm", "sglang", "openai")  # adapter flavours of a live target
 SHARED_RNG = "shared-rng"  # the bundled engine's one-RNG-stream control: its own implementation variant

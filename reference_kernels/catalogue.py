@@ -181,8 +181,32 @@ def _collectives() -> None:
              description=f"send/recv ring, channels x world chunks, channels from message bytes {CHANNEL_BYTES}")  # fmt: skip
 
 
+def _fused_norm() -> None:
+    from . import fused_norm as fn
+    from .mutants import fused_norm_mutants as mut
+
+    _stock("add-rmsnorm", "torch", fn.stock_add_rms_norm, "residual.add_(x), then F.rms_norm copied into x")
+    _reference("add-rmsnorm", fn.add_rms_norm,
+               "in place; one Triton program per row on CUDA, pairwise-halving torch sum on CPU")  # fmt: skip
+    _stock("rmsnorm-fp8-quant", "torch", fn.stock_rms_norm_fp8_quant, "F.rms_norm, then e4m3 (static or per-token scale)")
+    _stock("rmsnorm-fp8-quant", "torch-tensor-dynamic", fn.stock_rms_norm_fp8_tensor_dynamic,
+           "F.rms_norm, then e4m3 with one dynamic scale over the batch (scaled_fp8_quant without a scale)")  # fmt: skip
+    _reference("rmsnorm-fp8-quant", fn.rms_norm_fp8_quant,
+               "one Triton program per row (norm, row amax, e4m3 store) on CUDA; tree-sum norm on CPU")  # fmt: skip
+    _interpreter_rows(
+        {"add-rmsnorm": fn.add_rms_norm_interpret, "rmsnorm-fp8-quant": fn.rms_norm_fp8_interpret},
+        "the fused-norm Triton kernels",
+    )
+    _mutant("add-rmsnorm", "add-rmsnorm-block-switch", mut.add_rmsnorm_block_switch,
+            f"below {mut.SWITCH_ROWS} rows the sum of squares is split {mut.SPLITS} ways, partials in the"
+            " activation dtype; one pass from 256 (vllm#48271)")  # fmt: skip
+    _mutant("rmsnorm-fp8-quant", "rmsnorm-fp8-tensor-dynamic", mut.rmsnorm_fp8_tensor_dynamic,
+            "reference norm, then one e4m3 scale = amax over the whole batch (vllm#57016)")  # fmt: skip
+
+
 GROUPS: dict[str, Callable[[], None]] = {
     "rowops": _rowops, "gemm": _gemm, "attention": _attention, "moe": _moe, "collectives": _collectives,
+    "fused-norm": _fused_norm,
 }  # fmt: skip
 GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "rowops": ("rmsnorm", "softmax", "mean"),
@@ -190,6 +214,7 @@ GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "attention": ("attention-prefill", "attention-decode"),
     "moe": ("moe-router", "moe-experts"),
     "collectives": ("allreduce",),
+    "fused-norm": ("add-rmsnorm", "rmsnorm-fp8-quant"),
 }
 
 
