@@ -204,9 +204,37 @@ def _fused_norm() -> None:
             "reference norm, then one e4m3 scale = amax over the whole batch (vllm#57016)")  # fmt: skip
 
 
+def _quant_gemm() -> None:
+    from . import fp8_block, int4
+    from .mutants import quant_gemm_mutants as mut
+
+    _stock("fp8-block-gemm", "torch-dequant", fp8_block.stock_dequant_linear,
+           "both sides dequantized to bf16 (same 1x128 / 128x128 scales), then F.linear")  # fmt: skip
+    _stock("fp8-block-gemm", "torch-scaled-mm", fp8_block.stock_scaled_mm_blockwise,
+           "F.scaled_mm with BlockWise1x128 and BlockWise128x128 scales (cuBLASLt, sm90+)", ("cuda",))  # fmt: skip
+    _reference("fp8-block-gemm", fp8_block.fp8_block_linear,
+               "per 128-wide K block: e4m3 dot in fp32, times both scales, one accumulator; Triton one tile"
+               " config on CUDA, 16-row-tiled BLAS per block on CPU")  # fmt: skip
+    _stock("int4-gemm", "torch-dequant", int4.stock_dequant_linear, "weight dequantized to bf16, then F.linear")
+    _stock("int4-gemm", "torch-int4pack", int4.stock_int4pack,
+           "torch's int4 weight-only kernel (_weight_int4pack_mm_for_cpu / tinygemm _weight_int4pack_mm)")  # fmt: skip
+    _reference("int4-gemm", int4.int4_linear,
+               "bf16 dequantized weight, fixed-order fp32 GEMM: fused dequant + tl.dot (one tile config) on"
+               " CUDA, 16-row-tiled BLAS on CPU")  # fmt: skip
+    _interpreter_rows(
+        {"fp8-block-gemm": fp8_block.fp8_block_linear_interpret, "int4-gemm": int4.int4_linear_interpret},
+        "the quantized-GEMM Triton kernels",
+    )
+    split = ", ".join(f"{s} at M<={m}" for m, s in mut.SPLIT_TABLE)
+    _mutant("fp8-block-gemm", "fp8-block-splitk", mut.fp8_block_splitk,
+            f"K blocks split into slices ({split}, one above), slices rounded to bf16")  # fmt: skip
+    _mutant("int4-gemm", "int4-splitk-by-batch", mut.int4_splitk_by_batch,
+            f"Marlin-style K split by batch size ({split}, one above), slices reduced through bf16")  # fmt: skip
+
+
 GROUPS: dict[str, Callable[[], None]] = {
     "rowops": _rowops, "gemm": _gemm, "attention": _attention, "moe": _moe, "collectives": _collectives,
-    "fused-norm": _fused_norm,
+    "fused-norm": _fused_norm, "quant-gemm": _quant_gemm,
 }  # fmt: skip
 GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "rowops": ("rmsnorm", "softmax", "mean"),
@@ -215,6 +243,7 @@ GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "moe": ("moe-router", "moe-experts"),
     "collectives": ("allreduce",),
     "fused-norm": ("add-rmsnorm", "rmsnorm-fp8-quant"),
+    "quant-gemm": ("fp8-block-gemm", "int4-gemm"),
 }
 
 
