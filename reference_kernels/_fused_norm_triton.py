@@ -2,7 +2,7 @@
 
 One program per row, and the block width and warps follow the row length only (never the
 number of rows), as in ``_rowops_triton``: the row's sum of squares is one in-block tree over a
-fixed chunk order, whatever shares the launch. The add is rounded to the activation dtype before
+fixed chunk order, whatever shares the launch. The add runs in fp32 and is rounded to the activation dtype before
 it is squared (as vLLM's ``fused_add_rms_norm`` does), and the normalised value is rounded to the
 activation dtype before it is quantized, so the reference's numerics are those of the unfused
 pair of ops. Imported lazily; under ``TRITON_INTERPRET=1`` the same kernels run on CPU tensors.
@@ -27,7 +27,8 @@ def _add_rmsnorm_kernel(X, R, W, stride, N, eps, BLOCK: tl.constexpr, SINGLE: tl
     cols = tl.arange(0, BLOCK)
     if SINGLE:
         mask = cols < N
-        z = tl.load(x_row + cols, mask=mask, other=0.0) + tl.load(r_row + cols, mask=mask, other=0.0)
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        z = (x + tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)).to(X.dtype.element_ty)
         tl.store(r_row + cols, z, mask=mask)
         zf = z.to(tl.float32)
         rstd = 1.0 / tl.sqrt(tl.sum(zf * zf, axis=0) / N + eps)
@@ -37,7 +38,8 @@ def _add_rmsnorm_kernel(X, R, W, stride, N, eps, BLOCK: tl.constexpr, SINGLE: tl
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for off in range(0, N, BLOCK):
             mask = off + cols < N
-            z = tl.load(x_row + off + cols, mask=mask, other=0.0) + tl.load(r_row + off + cols, mask=mask, other=0.0)
+            x = tl.load(x_row + off + cols, mask=mask, other=0.0).to(tl.float32)
+            z = (x + tl.load(r_row + off + cols, mask=mask, other=0.0).to(tl.float32)).to(X.dtype.element_ty)
             tl.store(r_row + off + cols, z, mask=mask)
             zf = z.to(tl.float32)
             acc += zf * zf
