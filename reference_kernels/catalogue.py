@@ -232,9 +232,25 @@ def _quant_gemm() -> None:
             f"Marlin-style K split by batch size ({split}, one above), slices reduced through bf16")  # fmt: skip
 
 
+def _lora() -> None:
+    from . import lora
+    from .mutants.lora_segment import SMALL_SEGMENT, SPLITS, lora_segment_splitk
+
+    _stock("lora", "torch-adapter-loop", lora.stock_adapter_loop,
+           "PEFT-style: per adapter in use, F.linear shrink and expand over its tokens")  # fmt: skip
+    _stock("lora", "torch-bgmv", lora.stock_bgmv, "vLLM's torch ops: einsum over gathered adapter weights, fp32")
+    _reference("lora", lora.lora_apply,
+               "per token: fixed-order fp32 shrink and expand over its own adapter (Triton per token on CUDA,"
+               " tree sums over gathered weights on CPU); id -1 keeps base's bits")  # fmt: skip
+    _interpreter_rows({"lora": lora.lora_apply_interpret}, "the LoRA Triton kernels")
+    _mutant("lora", "lora-segment-splitk", lora_segment_splitk,
+            f"SGMV-style: a segment of <= {SMALL_SEGMENT} tokens sharing an adapter splits the shrink {SPLITS}"
+            " ways, partials in the activation dtype")  # fmt: skip
+
+
 GROUPS: dict[str, Callable[[], None]] = {
     "rowops": _rowops, "gemm": _gemm, "attention": _attention, "moe": _moe, "collectives": _collectives,
-    "fused-norm": _fused_norm, "quant-gemm": _quant_gemm,
+    "fused-norm": _fused_norm, "quant-gemm": _quant_gemm, "lora": _lora,
 }  # fmt: skip
 GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "rowops": ("rmsnorm", "softmax", "mean"),
@@ -244,6 +260,7 @@ GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "collectives": ("allreduce",),
     "fused-norm": ("add-rmsnorm", "rmsnorm-fp8-quant"),
     "quant-gemm": ("fp8-block-gemm", "int4-gemm"),
+    "lora": ("lora",),
 }
 
 
