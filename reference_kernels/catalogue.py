@@ -248,9 +248,25 @@ def _lora() -> None:
             " ways, partials in the activation dtype")  # fmt: skip
 
 
+def _scan() -> None:
+    from . import linear_attention as la
+    from .mutants import scan_chunk as mut
+
+    _stock("linear-attention", "torch-chunked", la.stock_chunked,
+           f"chunked scan (chunks of {la.CHUNK} from each call's start, intra-chunk matmuls) for prefill,"
+           " recurrent step for decode")  # fmt: skip
+    _reference("linear-attention", la.scan,
+               "the recurrence token by token (Triton per sequence x head x DV block on CUDA; det_exp and"
+               " tree sums on CPU): prefill, chunked prefill and decode share one arithmetic")  # fmt: skip
+    _interpreter_rows({"linear-attention": la.scan_interpret}, "the linear-attention Triton scan")
+    _mutant("linear-attention", "scan-chunk-by-batch", mut.scan_chunk_by_batch,
+            f"chunked scan, chunks of {mut.SMALL} tokens for <= {mut.SMALL_BATCH} sequences, {mut.LARGE} above;"
+            " recurrent decode")  # fmt: skip
+
+
 GROUPS: dict[str, Callable[[], None]] = {
     "rowops": _rowops, "gemm": _gemm, "attention": _attention, "moe": _moe, "collectives": _collectives,
-    "fused-norm": _fused_norm, "quant-gemm": _quant_gemm, "lora": _lora,
+    "fused-norm": _fused_norm, "quant-gemm": _quant_gemm, "lora": _lora, "scan": _scan,
 }  # fmt: skip
 GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "rowops": ("rmsnorm", "softmax", "mean"),
@@ -261,6 +277,7 @@ GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "fused-norm": ("add-rmsnorm", "rmsnorm-fp8-quant"),
     "quant-gemm": ("fp8-block-gemm", "int4-gemm"),
     "lora": ("lora",),
+    "scan": ("linear-attention",),
 }
 
 
