@@ -120,3 +120,25 @@ def stock_int4pack(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
     if x.is_cuda:
         return torch.ops.aten._weight_int4pack_mm(x, packed, group, sz)
     return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group, sz)
+
+
+_dequantized: dict = {}
+
+
+def int4pack_dequantized(packed: torch.Tensor, group: int, scales_and_zeros: torch.Tensor, dtype: torch.dtype,
+                         k: int) -> torch.Tensor:  # fmt: skip
+    """``w[K, N]`` in ``dtype`` of one of torch's packed int4 weights, made once per weight (and version).
+
+    torch's packed layout is its own; its kernel on an identity ``I[K, K]`` returns each input
+    channel's dequantized weights exactly (one non-zero term per sum), rounded once to ``dtype``.
+    Called inside the mode switch, so that call reaches torch's own kernel."""
+    key = (packed.data_ptr(), packed._version, scales_and_zeros.data_ptr(), scales_and_zeros._version, group,
+           dtype, k, packed.device)  # fmt: skip
+    got = _dequantized.get(key)
+    if got is None:
+        eye = torch.eye(k, dtype=dtype, device=packed.device)
+        op = torch.ops.aten._weight_int4pack_mm if packed.is_cuda else torch.ops.aten._weight_int4pack_mm_for_cpu
+        got = _dequantized[key] = op(eye, packed, group, scales_and_zeros)
+        if len(_dequantized) > 64:
+            _dequantized.pop(next(iter(_dequantized)))
+    return got

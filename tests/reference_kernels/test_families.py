@@ -108,3 +108,22 @@ def test_bad_shapes_are_one_line_errors():
         lora.lora_apply(torch.zeros(2, 8), torch.zeros(3, 4), torch.zeros(1, 2, 8), torch.zeros(1, 4, 2), torch.zeros(2))
     with pytest.raises(ValueError, match="state must be"):
         linear_attention.scan(*_seq(t=3), torch.zeros(1, 1, 1, 1))
+
+
+def test_enable_routes_torch_int4pack_to_the_reference_and_rows_stop_seeing_the_batch():
+    from pytest_invariance.oracles.batch import batch_size_oracle
+    from pytest_invariance.reference_kernels import enable
+
+    qw, s, qz = int4.quantize_int4(rows_pool(64, (256,), 13))
+    packed, sz = int4._int4pack(qw, s, qz)
+    x = rows_pool(33, (256,), 14, torch.bfloat16)
+
+    def op(rows):
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, packed, 128, sz)
+
+    stock = op(x)
+    with enable():
+        routed = op(x)
+        res = batch_size_oracle(op, x, [1, 2, 3, 8, 9, 16, 17, 33])
+    assert not res.diverged
+    assert (routed.double() - stock.double()).abs().max() <= 2 ** -6 * stock.double().abs().max()
