@@ -12,6 +12,8 @@ Groups, each registered at most once per process by :func:`register_builtin`:
 - ``gemm``: ``matmul`` and ``fp8-gemm``;
 - ``attention``: ``attention-prefill`` and ``attention-decode``;
 - ``moe``: ``moe-router`` and ``moe-experts``;
+- ``fused-norm``: ``add-rmsnorm``, ``rmsnorm-fp8-quant``; ``quant-gemm``: ``fp8-block-gemm``,
+  ``int4-gemm``; ``lora``: ``lora``; ``scan``: ``linear-attention``;
 - ``collectives``: ``allreduce`` (gloo process groups on CPU, NCCL on CUDA under each named
   configuration of ``collectives.nccl_configs``; run through ``collectives.group``).
 
