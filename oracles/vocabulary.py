@@ -9,7 +9,8 @@ from __future__ import annotations
 
 FAMILIES = (
     "matmul", "rmsnorm", "softmax", "mean", "attention-prefill", "attention-decode", "fp8-gemm",
-    "moe-router", "moe-experts", "allreduce", "engine",
+    "moe-router", "moe-experts", "allreduce", "add-rmsnorm", "rmsnorm-fp8-quant", "fp8-block-gemm", "int4-gemm",
+    "lora", "linear-attention", "engine",
 )  # fmt: skip
 
 # Oracles
@@ -26,10 +27,11 @@ PERF = "perf"  # speed against stock, recorded beside the verdicts
 WORLD_SIZE = "world-size"  # the same global tensor reduced at TP1, TP2, TP4 (oracles.world)
 SPECULATIVE = "speculative"  # speculative decoding vs plain decoding, same greedy prompts
 LOCALIZE = "localize"  # the first op inside a model whose probe-row output diverged
+NEIGHBOURS = "neighbours"  # the same probe and batch size, neighbours' per-row parameters changed (LoRA ids)
 TENSOR_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING, WORLD_SIZE)  # run on tensors
 OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)  # what every per-op suite row runs
-ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION, SPECULATIVE,
-           LOCALIZE, PERF)
+ORACLES = (*TENSOR_ORACLES, NEIGHBOURS, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION,
+           SPECULATIVE, LOCALIZE, PERF)
 
 # Verdicts (oracles.verdict decides them)
 INVARIANT = "invariant"
@@ -41,6 +43,12 @@ VERDICTS = (INVARIANT, DIVERGENT, VACUOUS, INCOMPLETE, UNSUPPORTED)
 
 # Quantization of a plain floating dtype (by torch dtype name): fp32 is IEEE unless measured otherwise.
 QUANTIZATION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-ieee"}
+
+# Quantizations of the quantized families that are not a plain dtype (the fp8-e4m3-* names live in
+# reference_kernels.fp8): DeepSeek-V3 block FP8 (128x128 weight blocks, 1x128 activation groups)
+# and int4 weight-only with a scale and zero per 128 input channels (GPTQ/AWQ), bf16 activations.
+FP8_BLOCK = "fp8-e4m3-block128"
+INT4_G128 = "int4-g128-bf16"
 
 ENGINES = ("bundled", "vllm", "sglang", "openai")  # adapter flavours of a live target
 SHARED_RNG = "shared-rng"  # the bundled engine's one-RNG-stream control: its own implementation variant
@@ -59,5 +67,5 @@ VERDICT_SYMBOLS = {INVARIANT: "✔", DIVERGENT: "✘", VACUOUS: "∅", INCOMPLET
 ORACLE_SHORT = {
     BATCH_SIZE: "size", BATCH_POSITION: "pos", RUN_TO_RUN: "rerun", CHUNKING: "chunk",
     PREFILL_DECODE: "p/d", CACHE: "cache", UNIQUE_SAMPLES: "uniq", SEEDED_SAMPLING: "seed",
-    PRECISION: "prec", PERF: "perf", WORLD_SIZE: "tp", SPECULATIVE: "spec", LOCALIZE: "loc",
+    PRECISION: "prec", PERF: "perf", WORLD_SIZE: "tp", SPECULATIVE: "spec", LOCALIZE: "loc", NEIGHBOURS: "nbr",
 }  # fmt: skip

@@ -12,6 +12,8 @@ Groups, each registered at most once per process by :func:`register_builtin`:
 - ``gemm``: ``matmul`` and ``fp8-gemm``;
 - ``attention``: ``attention-prefill`` and ``attention-decode``;
 - ``moe``: ``moe-router`` and ``moe-experts``;
+- ``fused-norm``: ``add-rmsnorm``, ``rmsnorm-fp8-quant``; ``quant-gemm``: ``fp8-block-gemm``,
+  ``int4-gemm``; ``lora``: ``lora``; ``scan``: ``linear-attention``;
 - ``collectives``: ``allreduce`` (gloo process groups on CPU, NCCL on CUDA under each named
   configuration of ``collectives.nccl_configs``; run through ``collectives.group``).
 
@@ -181,8 +183,92 @@ def _collectives() -> None:
              description=f"send/recv ring, channels x world chunks, channels from message bytes {CHANNEL_BYTES}")  # fmt: skip
 
 
+def _fused_norm() -> None:
+    from . import fused_norm as fn
+    from .mutants import fused_norm_mutants as mut
+
+    _stock("add-rmsnorm", "torch", fn.stock_add_rms_norm, "residual.add_(x), then F.rms_norm copied into x")
+    _reference("add-rmsnorm", fn.add_rms_norm,
+               "in place; one Triton program per row on CUDA, pairwise-halving torch sum on CPU")  # fmt: skip
+    _stock("rmsnorm-fp8-quant", "torch", fn.stock_rms_norm_fp8_quant, "F.rms_norm, then e4m3 (static or per-token scale)")
+    _stock("rmsnorm-fp8-quant", "torch-tensor-dynamic", fn.stock_rms_norm_fp8_tensor_dynamic,
+           "F.rms_norm, then e4m3 with one dynamic scale over the batch (scaled_fp8_quant without a scale)")  # fmt: skip
+    _reference("rmsnorm-fp8-quant", fn.rms_norm_fp8_quant,
+               "one Triton program per row (norm, row amax, e4m3 store) on CUDA; tree-sum norm on CPU")  # fmt: skip
+    _interpreter_rows(
+        {"add-rmsnorm": fn.add_rms_norm_interpret, "rmsnorm-fp8-quant": fn.rms_norm_fp8_interpret},
+        "the fused-norm Triton kernels",
+    )
+    _mutant("add-rmsnorm", "add-rmsnorm-block-switch", mut.add_rmsnorm_block_switch,
+            f"below {mut.SWITCH_ROWS} rows the sum of squares is split {mut.SPLITS} ways, partials in the"
+            " activation dtype; one pass from 256 (vllm#48271)")  # fmt: skip
+    _mutant("rmsnorm-fp8-quant", "rmsnorm-fp8-tensor-dynamic", mut.rmsnorm_fp8_tensor_dynamic,
+            "reference norm, then one e4m3 scale = amax over the whole batch (vllm#57016)")  # fmt: skip
+
+
+def _quant_gemm() -> None:
+    from . import fp8_block, int4
+    from .mutants import quant_gemm_mutants as mut
+
+    _stock("fp8-block-gemm", "torch-dequant", fp8_block.stock_dequant_linear,
+           "both sides dequantized to bf16 (same 1x128 / 128x128 scales), then F.linear")  # fmt: skip
+    _stock("fp8-block-gemm", "torch-scaled-mm", fp8_block.stock_scaled_mm_blockwise,
+           "F.scaled_mm with BlockWise1x128 and BlockWise128x128 scales (cuBLASLt, sm90+)", ("cuda",))  # fmt: skip
+    _reference("fp8-block-gemm", fp8_block.fp8_block_linear,
+               "per 128-wide K block: e4m3 dot in fp32, times both scales, one accumulator; Triton one tile"
+               " config on CUDA, 16-row-tiled BLAS per block on CPU")  # fmt: skip
+    _stock("int4-gemm", "torch-dequant", int4.stock_dequant_linear, "weight dequantized to bf16, then F.linear")
+    _stock("int4-gemm", "torch-int4pack", int4.stock_int4pack,
+           "torch's int4 weight-only kernel (_weight_int4pack_mm_for_cpu / tinygemm _weight_int4pack_mm)")  # fmt: skip
+    _reference("int4-gemm", int4.int4_linear,
+               "bf16 dequantized weight, fixed-order fp32 GEMM: fused dequant + tl.dot (one tile config) on"
+               " CUDA, 16-row-tiled BLAS on CPU")  # fmt: skip
+    _interpreter_rows(
+        {"fp8-block-gemm": fp8_block.fp8_block_linear_interpret, "int4-gemm": int4.int4_linear_interpret},
+        "the quantized-GEMM Triton kernels",
+    )
+    split = ", ".join(f"{s} at M<={m}" for m, s in mut.SPLIT_TABLE)
+    _mutant("fp8-block-gemm", "fp8-block-splitk", mut.fp8_block_splitk,
+            f"K blocks split into slices ({split}, one above), slices rounded to bf16")  # fmt: skip
+    _mutant("int4-gemm", "int4-splitk-by-batch", mut.int4_splitk_by_batch,
+            f"Marlin-style K split by batch size ({split}, one above), slices reduced through bf16")  # fmt: skip
+
+
+def _lora() -> None:
+    from . import lora
+    from .mutants.lora_segment import SMALL_SEGMENT, SPLITS, lora_segment_splitk
+
+    _stock("lora", "torch-adapter-loop", lora.stock_adapter_loop,
+           "PEFT-style: per adapter in use, F.linear shrink and expand over its tokens")  # fmt: skip
+    _stock("lora", "torch-bgmv", lora.stock_bgmv, "vLLM's torch ops: einsum over gathered adapter weights, fp32")
+    _reference("lora", lora.lora_apply,
+               "per token: fixed-order fp32 shrink and expand over its own adapter (Triton per token on CUDA,"
+               " tree sums over gathered weights on CPU); id -1 keeps base's bits")  # fmt: skip
+    _interpreter_rows({"lora": lora.lora_apply_interpret}, "the LoRA Triton kernels")
+    _mutant("lora", "lora-segment-splitk", lora_segment_splitk,
+            f"SGMV-style: a segment of <= {SMALL_SEGMENT} tokens sharing an adapter splits the shrink {SPLITS}"
+            " ways, partials in the activation dtype")  # fmt: skip
+
+
+def _scan() -> None:
+    from . import linear_attention as la
+    from .mutants import scan_chunk as mut
+
+    _stock("linear-attention", "torch-chunked", la.stock_chunked,
+           f"chunked scan (chunks of {la.CHUNK} from each call's start, intra-chunk matmuls) for prefill,"
+           " recurrent step for decode")  # fmt: skip
+    _reference("linear-attention", la.scan,
+               "the recurrence token by token (Triton per sequence x head x DV block on CUDA; det_exp and"
+               " tree sums on CPU): prefill, chunked prefill and decode share one arithmetic")  # fmt: skip
+    _interpreter_rows({"linear-attention": la.scan_interpret}, "the linear-attention Triton scan")
+    _mutant("linear-attention", "scan-chunk-by-batch", mut.scan_chunk_by_batch,
+            f"chunked scan, chunks of {mut.SMALL} tokens for <= {mut.SMALL_BATCH} sequences, {mut.LARGE} above;"
+            " recurrent decode")  # fmt: skip
+
+
 GROUPS: dict[str, Callable[[], None]] = {
     "rowops": _rowops, "gemm": _gemm, "attention": _attention, "moe": _moe, "collectives": _collectives,
+    "fused-norm": _fused_norm, "quant-gemm": _quant_gemm, "lora": _lora, "scan": _scan,
 }  # fmt: skip
 GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "rowops": ("rmsnorm", "softmax", "mean"),
@@ -190,6 +276,10 @@ GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "attention": ("attention-prefill", "attention-decode"),
     "moe": ("moe-router", "moe-experts"),
     "collectives": ("allreduce",),
+    "fused-norm": ("add-rmsnorm", "rmsnorm-fp8-quant"),
+    "quant-gemm": ("fp8-block-gemm", "int4-gemm"),
+    "lora": ("lora",),
+    "scan": ("linear-attention",),
 }
 
 

@@ -2,8 +2,9 @@
 
 ``enable()`` is a context manager and a decorator. While at least one
 ``enable`` is active, ``aten::mm``, ``aten::addmm``, ``aten::bmm``,
-``aten::_log_softmax``, ``aten::mean.dim``, ``aten::rms_norm`` and
-``aten::scaled_dot_product_attention`` dispatch to the reference kernels for CPU
+``aten::_log_softmax``, ``aten::mean.dim``, ``aten::rms_norm``,
+``aten::scaled_dot_product_attention`` and torch's int4 weight-only GEMMs
+(``aten::_weight_int4pack_mm`` on CUDA, ``aten::_weight_int4pack_mm_for_cpu``) dispatch to the reference kernels for CPU
 and CUDA tensors, so stock code (``F.linear``, ``torch.mm``, ``F.rms_norm``,
 ``x.pow(2).mean(-1)``, ``log_softmax``, ``F.scaled_dot_product_attention``)
 becomes batch-invariant without edits. SDPA cases the reference does not cover
@@ -44,8 +45,11 @@ import torch
 # aten op (with overload) -> name of our implementation below
 ROUTED_OPS: tuple[str, ...] = (
     "mm", "addmm", "bmm", "_log_softmax", "mean.dim", "rms_norm", "scaled_dot_product_attention",
+    "_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu",
 )  # fmt: skip
 DISPATCH_KEYS: tuple[str, ...] = ("CPU", "CUDA")
+# Ops with a kernel on one backend only (torch's int4 weight-only GEMMs).
+OP_KEYS: dict[str, tuple[str, ...]] = {"_weight_int4pack_mm": ("CUDA",), "_weight_int4pack_mm_for_cpu": ("CPU",)}
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 _lock = threading.RLock()
@@ -130,6 +134,17 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Any = No
     return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
+def _int4pack_mm(x: torch.Tensor, packed: torch.Tensor, group: int, scales_and_zeros: torch.Tensor):
+    """torch's int4 weight-only GEMM as the ``int4-gemm`` reference does it: the weight dequantized
+    (once per weight, by torch's own kernel on an identity) to x's dtype, then the reference matmul."""
+    if not _floats(x) or x.dim() != 2:
+        return None
+    from .int4 import int4pack_dequantized
+    from .matmul import mm
+
+    return mm(x, int4pack_dequantized(packed, group, scales_and_zeros, x.dtype, x.shape[1]))
+
+
 _IMPLS: dict[str, Callable[..., torch.Tensor | None]] = {
     "mm": _mm,
     "addmm": _addmm,
@@ -138,6 +153,8 @@ _IMPLS: dict[str, Callable[..., torch.Tensor | None]] = {
     "mean.dim": _mean_dim,
     "rms_norm": _rms_norm,
     "scaled_dot_product_attention": _sdpa,
+    "_weight_int4pack_mm": _int4pack_mm,
+    "_weight_int4pack_mm_for_cpu": _int4pack_mm,
 }
 
 
@@ -166,8 +183,12 @@ def _install() -> Any:
         # "Overriding a previously registered kernel": that is the point.
         warnings.simplefilter("ignore")
         for op in ROUTED_OPS:
-            for key in DISPATCH_KEYS:
-                lib.impl(op, _routed(op, key), key, with_keyset=True)
+            for key in OP_KEYS.get(op, DISPATCH_KEYS):
+                try:
+                    kernel = _routed(op, key)
+                except RuntimeError:  # this build has no stock kernel there (a CPU-only torch and CUDA ops)
+                    continue
+                lib.impl(op, kernel, key, with_keyset=True)
     return lib
 
 

@@ -19,7 +19,15 @@ Call signatures per family (rows on dim 0 are the batch):
   ``x_scale`` otherwise; a ``fn.quantization`` attribute names what it does (default ``fp8-e4m3``)
 - ``rmsnorm``: ``fn(x[M, H], weight[H], eps) -> [M, H]``
 - ``softmax``: ``fn(x[M, V]) -> log_softmax(x, -1)``; ``mean``: ``fn(x[M, V]) -> x.mean(-1)``
-- attention and MoE families document their signatures in their own modules.
+- ``add-rmsnorm``: ``fn(x[M, H], residual[M, H], weight[H], eps) -> (x, residual)``, in place
+- ``rmsnorm-fp8-quant``: ``fn(x[M, H], weight[H], eps, scale=None) -> (q e4m3 [M, H], scale)``
+- ``fp8-block-gemm``: ``fn(x[M, K], w_fp8[N, K], w_scale[N/128, K/128]) -> bf16 [M, N]``
+- ``int4-gemm``: ``fn(x[M, K], qweight int32[K/8, N], scales[K/128, N], qzeros int32[K/128, N/8])``
+- ``lora``: ``fn(x[M, H], base[M, N], lora_a[L, R, H], lora_b[L, N, R], ids[M], scale) -> [M, N]``
+- ``linear-attention``: ``fn(q, k, v, g, state=None) -> (o, state)`` (rows are sequences)
+- attention and MoE families document their signatures in their own modules; the six above in
+  ``fused_norm``, ``fp8_block``, ``int4``, ``lora`` and ``linear_attention``
+  (docs/guide/kernel-families.md).
 """
 
 from __future__ import annotations

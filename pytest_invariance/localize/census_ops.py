@@ -23,7 +23,26 @@ from .trace import TENSOR, Event
 
 FAMILY_OF = {"mm": "matmul", "addmm": "matmul", "bmm": "matmul", "matmul": "matmul", "linear": "matmul",
              "rms_norm": "rmsnorm", "_fused_rms_norm": "rmsnorm", "_log_softmax": "softmax", "_softmax": "softmax",
-             "mean": "mean"}  # fmt: skip
+             "mean": "mean", "_scaled_mm": "fp8-gemm", "_scaled_grouped_mm": "moe-experts"}  # fmt: skip
+# The newer families: torch's own ops and the custom ops engines register (vLLM ``_C`` / ``vllm``,
+# SGLang ``sgl_kernel``, fla / mamba_ssm wrappers), by their op name without namespace.
+FAMILY_OF.update({
+    **dict.fromkeys(("fused_add_rms_norm", "fused_add_rmsnorm", "gemma_fused_add_rmsnorm"), "add-rmsnorm"),
+    **dict.fromkeys(("rms_norm_static_fp8_quant", "fused_add_rms_norm_static_fp8_quant",
+                     "rms_norm_dynamic_per_token_quant", "rms_norm_per_block_quant", "scaled_fp8_quant",
+                     "dynamic_scaled_fp8_quant", "static_scaled_fp8_quant", "dynamic_per_token_scaled_fp8_quant"),
+                    "rmsnorm-fp8-quant"),
+    **dict.fromkeys(("w8a8_block_fp8_matmul", "cutlass_scaled_mm_blockwise", "fp8_blockwise_scaled_mm",
+                     "per_token_group_quant_fp8", "deep_gemm_fp8_fp8_bf16_nt"), "fp8-block-gemm"),
+    **dict.fromkeys(("_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu", "_weight_int4pack_mm_with_scales_and_zeros",
+                     "awq_gemm", "awq_dequantize", "gptq_gemm", "gptq_marlin_gemm", "marlin_gemm", "machete_mm"),
+                    "int4-gemm"),
+    **dict.fromkeys(("lora_shrink", "lora_expand", "sgmv_shrink", "sgmv_expand", "bgmv_shrink", "bgmv_expand",
+                     "bgmv_expand_slice", "sgmv_expand_slice"), "lora"),
+    **dict.fromkeys(("mamba_chunk_scan_combined", "selective_state_update", "selective_scan_fwd", "ssd_combined",
+                     "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "chunk_simple_gla",
+                     "fused_recurrent_simple_gla"), "linear-attention"),
+})  # fmt: skip
 
 
 def packet(name: str) -> str:
