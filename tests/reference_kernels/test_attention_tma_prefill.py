@@ -7,10 +7,6 @@ by the Triton interpreter in its own process; the H200 times it in ``bench_atten
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 _SCRIPT = r"""
@@ -62,6 +58,6 @@ print("OK", checked)
 
 def test_tma_prefill_bits_equal_pointer_prefill():
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "OK 7" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+    from interpreter_run import run_interpreted
+
+    run_interpreted(_SCRIPT, "OK 7")
