@@ -189,11 +189,14 @@ def kv_bytes(heads, b: int, kv: int) -> int:
     return 2 * b * kv * heads[1] * heads[2] * 2  # K and V, bf16
 
 
-# Candidates: Tiles(block_m, warps, stages, block_n[, fused_merge]) x split size. The key block and the split size
+# Candidates: Tiles(block_m, warps, stages, block_n[, fused_merge[, tma]]) x split size. The key block and the split size
 # change bits (a different, equally invariant contract), so each (block_n, split) is checked against
 # the (64, 4, 2) prefill at that block and split, and decode against it at the same positions.
+# A sixth field True: K/V through TMA descriptors (the prefill's loads only; same values, same bits).
 SWEEP_PREFILL = (((64, 4, 3, 64), 1024), ((128, 8, 3, 64), 1024), ((64, 4, 2, 128), 1024), ((128, 8, 2, 128), 1024),
-                 ((128, 8, 3, 128), 1024), ((64, 4, 3, 64), 8192), ((128, 8, 2, 128), 8192))  # fmt: skip
+                 ((128, 8, 3, 128), 1024), ((64, 4, 3, 64), 8192), ((128, 8, 2, 128), 8192),
+                 ((64, 4, 2, 64, False, True), 1024), ((64, 4, 3, 64, False, True), 1024),
+                 ((128, 8, 3, 64, False, True), 1024), ((128, 8, 3, 128, False, True), 1024))  # fmt: skip
 # A fifth field True: the fused merge (the last split program merges; no second kernel), at 2-4 stages.
 SWEEP_DECODE = (((64, 4, 3, 64), 1024), ((64, 4, 3, 64, True), 1024), ((64, 4, 2, 64, True), 1024),
                 ((64, 4, 4, 64, True), 1024), ((64, 4, 2, 128), 1024), ((64, 4, 3, 128), 1024),

@@ -68,6 +68,9 @@ class Tiles:
     # Decode only: the last split program of a (sequence, KV head) to finish merges the partials
     # itself (``_merge_if_last``) instead of a second kernel; the same folds in the same order.
     fused_merge: bool = False
+    # Contiguous prefill only: K/V blocks through TMA descriptors (Hopper's bulk tensor copy) instead
+    # of per-element pointers. The loaded values are the same, so a row's arithmetic is unchanged.
+    tma: bool = False
 
 
 PREFILL_TILES = Tiles()
@@ -148,9 +151,13 @@ def _step(
     q, K, V, BT, seq, kv_start, head_kv, n0, end, limit, qk_scale, m_i, l_i, acc,
     stride_kt, stride_kh, stride_bt, offs_d, d_mask,
     BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr,
-    EVEN_D: tl.constexpr, MASKED: tl.constexpr,
+    EVEN_D: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr = False,
 ):  # fmt: skip
     """One online-softmax step over keys ``[n0, n0 + BLOCK_N)``; rows see keys ``< min(limit, end)``.
+
+    ``TMA``: ``K``/``V`` are descriptors of ``[total_k, Hkv * D]``; a block then also holds keys past
+    ``end`` (the next split's or sequence's) and, below ``BLOCK_D``, the next head's columns: both
+    are zeroed where the pointer loads would have read zeros, so the MMAs see the same values.
 
     ``MASKED=False`` only for a block that every live row of the tile sees whole: it skips the key
     masks, nothing else. A valid score takes the same operations in both variants (the row max is
@@ -160,25 +167,36 @@ def _step(
     """
     kpos = n0 + tl.arange(0, BLOCK_N)
     kmask = kpos < end
-    if PAGED:
+    if TMA:
+        k = K.load([kv_start + n0, head_kv * stride_kh])
+        v = V.load([kv_start + n0, head_kv * stride_kh])
         if MASKED:
-            blk = tl.load(BT + seq * stride_bt + kpos // PAGE, mask=kmask, other=0)
+            lmask = kmask[:, None] & d_mask[None, :]
+            k = tl.where(lmask, k, 0.0)
+            v = tl.where(lmask, v, 0.0)
+        elif not EVEN_D:
+            k = tl.where(d_mask[None, :], k, 0.0)
+            v = tl.where(d_mask[None, :], v, 0.0)
+    else:
+        if PAGED:
+            if MASKED:
+                blk = tl.load(BT + seq * stride_bt + kpos // PAGE, mask=kmask, other=0)
+            else:
+                blk = tl.load(BT + seq * stride_bt + kpos // PAGE)
+            slot = blk.to(tl.int64) * PAGE + kpos % PAGE
         else:
-            blk = tl.load(BT + seq * stride_bt + kpos // PAGE)
-        slot = blk.to(tl.int64) * PAGE + kpos % PAGE
-    else:
-        slot = (kv_start + kpos).to(tl.int64)
-    ptrs = slot[:, None] * stride_kt + head_kv * stride_kh + offs_d[None, :]
-    if MASKED:
-        lmask = kmask[:, None] & d_mask[None, :]
-        k = tl.load(K + ptrs, mask=lmask, other=0.0)
-        v = tl.load(V + ptrs, mask=lmask, other=0.0)
-    elif EVEN_D:
-        k = tl.load(K + ptrs)
-        v = tl.load(V + ptrs)
-    else:
-        k = tl.load(K + ptrs, mask=d_mask[None, :], other=0.0)
-        v = tl.load(V + ptrs, mask=d_mask[None, :], other=0.0)
+            slot = (kv_start + kpos).to(tl.int64)
+        ptrs = slot[:, None] * stride_kt + head_kv * stride_kh + offs_d[None, :]
+        if MASKED:
+            lmask = kmask[:, None] & d_mask[None, :]
+            k = tl.load(K + ptrs, mask=lmask, other=0.0)
+            v = tl.load(V + ptrs, mask=lmask, other=0.0)
+        elif EVEN_D:
+            k = tl.load(K + ptrs)
+            v = tl.load(V + ptrs)
+        else:
+            k = tl.load(K + ptrs, mask=d_mask[None, :], other=0.0)
+            v = tl.load(V + ptrs, mask=d_mask[None, :], other=0.0)
     if IEEE:
         s = tl.dot(q, tl.trans(k), input_precision="ieee")
     else:
@@ -232,7 +250,7 @@ def _flat_step(
     it, bps, q, K, V, BT, seq, kv_start, head_kv, tile_limit, limit, qk_scale, SPLIT,
     m, lsum, o, m_i, l_i, acc, stride_kt, stride_kh, stride_bt, offs_d, d_mask,
     BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr,
-    EVEN_D: tl.constexpr, MASKED: tl.constexpr,
+    EVEN_D: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """Iteration ``it`` of the prefill's one loop over every (split, block): block ``j`` of split
     ``sp``; the first block of a split folds the one before it and starts a fresh state."""
@@ -247,7 +265,7 @@ def _flat_step(
     end = tl.minimum(start + SPLIT, tile_limit)
     m_i, l_i, acc = _step(
         q, K, V, BT, seq, kv_start, head_kv, start + j * BLOCK_N, end, limit, qk_scale, m_i, l_i, acc,
-        stride_kt, stride_kh, stride_bt, offs_d, d_mask, BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, MASKED,
+        stride_kt, stride_kh, stride_bt, offs_d, d_mask, BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, MASKED, TMA,
     )  # fmt: skip
     return m, lsum, o, m_i, l_i, acc
 
@@ -291,6 +309,7 @@ def _attn_kernel(
     EVEN_D: tl.constexpr,
     FUSED_MERGE: tl.constexpr = False,
     MERGE_STAGES: tl.constexpr = 8,
+    TMA: tl.constexpr = False,
 ):
     tile = tl.program_id(0)
     head_kv = tl.program_id(1)
@@ -359,13 +378,13 @@ def _attn_kernel(
             m, lsum, o, m_i, l_i, acc = _flat_step(
                 it, bps, q, K, V, BT, seq, k0, head_kv, tile_limit, limit, qk_scale, SPLIT,
                 m, lsum, o, m_i, l_i, acc, stride_kt, stride_kh, stride_bt, offs_d, d_mask,
-                BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, False,
+                BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, False, TMA,
             )  # fmt: skip
         for it in range(n_safe, n_iter):
             m, lsum, o, m_i, l_i, acc = _flat_step(
                 it, bps, q, K, V, BT, seq, k0, head_kv, tile_limit, limit, qk_scale, SPLIT,
                 m, lsum, o, m_i, l_i, acc, stride_kt, stride_kh, stride_bt, offs_d, d_mask,
-                BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, True,
+                BLOCK_N, PAGED, PAGE, IEEE, EVEN_D, True, TMA,
             )  # fmt: skip
         last = tl.maximum(n_iter - 1, 0) // bps * SPLIT
         m, lsum, o = _fold(m, lsum, o, m_i, l_i, acc, last, limit)
@@ -459,15 +478,26 @@ def _launch_prefill(q, k, v, bt, q_start, len_q, kv_start, kv_len, *, causal, pa
     hkv = k.shape[-2]
     dummy = torch.empty(1, device=q.device, dtype=torch.float32)
     grid = (tile_seq.numel(), hkv)
+    tma = t.tma and not paged
+    kk, vv = (_kv_descriptor(x, blk_n, block_d) for x in (k, v)) if tma else (k, v)
     _attn_kernel[grid](
-        q, k, v, bt, out, dummy, dummy, dummy, bt, tile_seq, tile_tok0,
+        q, kk, vv, bt, out, dummy, dummy, dummy, bt, tile_seq, tile_tok0,
         q_start, len_q, kv_start, kv_len, qk_scale,
         q.stride(0), q.stride(1), k.stride(-3), k.stride(-2), bt.stride(0), 0, q.shape[1], d, split,
         G=g, BLOCK_M=t.block_m, BLOCK_N=blk_n, BLOCK_D=block_d, CAUSAL=causal,
-        PAGED=paged, PAGE=page, DECODE=False, IEEE=q.dtype == torch.float32, EVEN_D=block_d == d,
+        PAGED=paged, PAGE=page, DECODE=False, IEEE=q.dtype == torch.float32, EVEN_D=block_d == d, TMA=tma,
         num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     return out
+
+
+def _kv_descriptor(x: torch.Tensor, block_n: int, block_d: int):
+    """TMA descriptor of contiguous K or V ``[T, Hkv, D]`` as ``[T, Hkv * D]``: one load is a
+    ``[block_n, block_d]`` block of one head's keys; past the tensor's edge it reads zeros."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    flat = x.view(x.shape[0], x.shape[1] * x.shape[2])
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [block_n, block_d])
 
 
 def _i32(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
