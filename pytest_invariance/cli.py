@@ -115,14 +115,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for c in changes:
         print(f"{'REGRESSION' if c.regression else 'CHANGED'} {c}")
     regressions = sum(c.regression for c in changes)
-    if changes:
-        print(f"{len(changes)} changed cell(s), {regressions} regression(s) against {against}")
-    else:
-        print(f"no changed cells against {against}")
+    improved = len(changes) - regressions
     if regressions:
+        print((f"{improved} other changed cell(s); " if improved else "") + f"{regressions} regression(s) against {against}")
         return EXIT_FOUND
-    if not changes:
-        print(f"no regressions against {against}")
+    print((f"{improved} changed cell(s), " if improved else "") + f"no regressions against {against}")
     return EXIT_OK
 
 
