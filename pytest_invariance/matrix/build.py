@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
 
 from ..recordio import RecordLoader, scan_records
 from ..records import Record
@@ -58,12 +60,25 @@ class Matrix:
         return cls._of(reducer.finish())
 
     @classmethod
-    def from_files(cls, paths: list, problems: list) -> Matrix:
-        """Streaming from JSONL files: one line in memory at a time, representatives read again;
-        skipped lines go to ``problems`` (``recordio.Problem``)."""
-        reducer = Reducer()
-        for rec, where in scan_records(paths, problems):
-            reducer.add(rec, where)
+    def from_files(cls, paths: list, problems: list, fast: bool = True) -> Matrix:
+        """Streaming from JSONL files: memory follows configurations, representatives are read
+        again; skipped lines go to ``problems`` (``recordio.Problem``). ``fast``: DuckDB picks the
+        kept lines where it is installed (``duck``); the pure-Python pass otherwise, and always
+        where DuckDB cannot vouch for every line (it reports bad lines by file and line)."""
+        paths = [Path(p) for p in paths]
+        reducer = None
+        if fast and find_spec("duckdb") is not None:
+            from .duck import Fallback, reduce_files
+
+            reducer = Reducer()
+            try:
+                reduce_files(paths, reducer)
+            except Fallback:
+                reducer = None
+        if reducer is None:
+            reducer = Reducer()
+            for rec, where in scan_records(paths, problems):
+                reducer.add(rec, where)
         loader = RecordLoader(paths)
         try:
             return cls._of(reducer.finish(loader.load))
