@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 
 _WORKER = re.compile(r"gw(\d+)$")
 _explicit: tuple[int, ...] | None = None
@@ -77,9 +78,7 @@ def device_count() -> int:
 def pinned_gpu() -> int | None:
     """This process's GPU, made the current CUDA device on first call (None: no GPU)."""
     gpu = assign_gpu(os.environ.get("PYTEST_XDIST_WORKER"), device_count(), _explicit)
-    if gpu is not None:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.set_device(gpu)
+    torch = sys.modules.get("torch")  # counting real GPUs imported it; a count without torch has no device
+    if gpu is not None and torch is not None and torch.cuda.is_available():
+        torch.cuda.set_device(gpu)
     return gpu
