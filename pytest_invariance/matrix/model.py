@@ -244,7 +244,8 @@ def _hw_value(fp: dict, section: str, field: str) -> str:
         stacks = fp.get("stacks") or []
         return f"{len(stacks)}: " + "; ".join(stacks) if len(stacks) > 1 else (stacks[0] if stacks else "–")
     values = fp.get(section, {})
-    if field not in values:
+    gpu_only = field in ("cublas", "cudnn", "nccl") and fp.get("hardware", {}).get("kind") != "cuda"
+    if field not in values or gpu_only:
         return "–"
     v = values[field]
     if v is None:
