@@ -77,10 +77,10 @@ async function invData() {
 }
 async function invFill(d) {
   if (d.dataset.loaded) return;
+  d.dataset.loaded = '1';
   const doc = await invData();
   const html = d.dataset.c !== undefined ? doc.cells[d.dataset.c] : doc.plots[d.dataset.plots];
   d.insertAdjacentHTML('beforeend', html || '');
-  d.dataset.loaded = '1';
 }
 document.addEventListener('toggle', e => {
   const d = e.target;
