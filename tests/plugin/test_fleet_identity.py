@@ -126,3 +126,29 @@ def test_stack_of_an_engine_record_names_the_engine() -> None:
     r = rec(family="engine", implementation="vllm", oracle="unique-samples")
     r["software"]["engine"] = {"name": "vllm", "version": "0.11.0", "model": "tiny"}
     assert stack_label(stack_of(r["hardware"], r["software"])).endswith("engine vllm 0.11.0 (tiny)")
+
+
+def test_duckdb_and_python_passes_keep_the_same_records(tmp_path: Path) -> None:
+    """The fast path (DuckDB picks the kept lines) and the pure-Python pass build the same matrix."""
+    pytest.importorskip("duckdb")
+    a = [rec(), rec(oracle="run-to-run", time="2026-03-01T00:00:00Z", run_id="r2"),
+         rec(fingerprint=cpu_with_isa("AVX2"), verdict="divergent"), rec(nodeid="t::x", shape={"L": 9}, mode="default")]  # fmt: skip
+    b = [rec(verdict="divergent", time="2026-02-01T00:00:00Z", run_id="r3"),  # supersedes a[0] on its stack
+         rec(fingerprint=h200_on("2.13.0"), time="2026-04-01T00:00:00Z", run_id="r4")]  # another stack: beside it
+    paths = [Path(_file(tmp_path, "a.jsonl", a)), Path(_file(tmp_path, "b.jsonl", b))]
+    fast, slow = Matrix.from_files(paths, [], fast=True), Matrix.from_files(paths, [], fast=False)
+    assert (fast.cells, fast.hardware, fast.plots, fast.records_read, fast.runs) == (
+        slow.cells, slow.hardware, slow.plots, slow.records_read, slow.runs)  # fmt: skip
+    assert fast.records_read == 6 and fast.records_kept == 5
+
+    from pytest_invariance.matrix.duck import Fallback, kept_lines
+
+    _, kept = kept_lines(paths)
+    assert sorted(kept[0]) == [1, 2, 3] and sorted(kept[1]) == [0, 1]  # a[0] lost to b[0]
+    with paths[1].open("a") as fh:
+        fh.write('{"schema": "pytest-invariance.record/1"}\n')  # valid JSON, not a record
+    with pytest.raises(Fallback):
+        kept_lines(paths)
+    problems: list = []
+    Matrix.from_files(paths, problems)  # the Python pass names it
+    assert [(p.line, p.message.split(" ")[0]) for p in problems] == [(3, "missing")]
