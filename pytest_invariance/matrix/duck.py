@@ -100,6 +100,7 @@ def kept_lines(paths: list[Path]) -> tuple[int, dict[int, dict[int, tuple]]]:
     try:
         con.execute(f"SET threads = {max(1, min(4, os.cpu_count() or 1))}")
         con.execute("SET preserve_insertion_order = true")
+        con.execute("SET enable_progress_bar = false")  # the CLI prints its own lines only
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")  # the key columns spill to disk past it
         con.execute(f"SET temp_directory = {_quote(tempfile.gettempdir())}")
         try:

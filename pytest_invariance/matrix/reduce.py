@@ -29,7 +29,7 @@ from ..identity import STACK_FIELDS, hardware_class, stack_label, stack_of
 from ..oracles.stats import weakest_pass
 from ..oracles.verdict import INVARIANT, vacuous_by_construction, worst
 from ..records import Record
-from .model import CELL_KEYS, evidence_parts, oracle_text
+from .model import CELL_KEYS, _num, evidence_parts, oracle_text
 from .series import PlotItem, plot_data
 
 
@@ -51,19 +51,6 @@ def time_of(text: str) -> float:
     if t.tzinfo is None:
         t = t.replace(tzinfo=_dt.timezone.utc)
     return t.timestamp()
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
 
 
 @dataclass(slots=True)
