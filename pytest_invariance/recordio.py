@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
+try:
+    import orjson
+except ImportError:  # a --no-deps install (a GPU image): the standard parser reads the same lines
+    orjson = None
 
 from .records import SCHEMA_MAJOR, SCHEMA_NAME, Record, RecordError, parse_record
 
@@ -112,10 +115,12 @@ def _open(path: Path):
 def _loads(raw: bytes) -> Any:
     """orjson where it can (several times faster); the standard parser for its error messages and
     for what only it accepts (a bare NaN), so a line reads the same either way."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw.decode("utf-8"))
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw.decode("utf-8"))
 
 
 @dataclass(frozen=True)

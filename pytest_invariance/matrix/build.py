@@ -67,7 +67,7 @@ class Matrix:
         where DuckDB cannot vouch for every line (it reports bad lines by file and line)."""
         paths = [Path(p) for p in paths]
         reducer = None
-        if fast and find_spec("duckdb") is not None:
+        if fast and find_spec("duckdb") is not None and find_spec("orjson") is not None:
             from .duck import Fallback, reduce_files
 
             reducer = Reducer()

@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from ..identity import STACK_FIELDS, hardware_class, stack_label, stack_of
 from ..oracles.stats import weakest_pass
 from ..oracles.verdict import INVARIANT, vacuous_by_construction, worst
@@ -32,13 +30,20 @@ from ..records import Record
 from .model import CELL_KEYS, _num, evidence_parts, oracle_text
 from .series import PlotItem, plot_data
 
+try:
+    import orjson as _orjson
+except ImportError:  # a --no-deps install: json gives the same text for the shapes records hold
+    _orjson = None
+
 
 def shape_text(shape: Any) -> str:
     """The shape as sorted compact JSON: part of a configuration's key and a tie-break."""
-    try:
-        return orjson.dumps(shape, option=orjson.OPT_SORT_KEYS).decode()
-    except (TypeError, orjson.JSONEncodeError):  # an integer past 64 bits
-        return json.dumps(shape, sort_keys=True, separators=(",", ":"))
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(shape, option=_orjson.OPT_SORT_KEYS).decode()
+        except (TypeError, _orjson.JSONEncodeError):  # an integer past 64 bits
+            pass
+    return json.dumps(shape, sort_keys=True, separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=65536)
