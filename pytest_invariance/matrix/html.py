@@ -58,6 +58,7 @@ p.empty { color: #777; font-style: italic; }
 details.controls > summary { font-size: 1.3em; font-weight: bold; cursor: pointer; margin: 1em 0 0.3em; }
 section.controls .v-divergent { background: FIRED; }
 ol.notes li { margin: 2px 0; }
+div.scroll { overflow-x: auto; max-width: 100%; }
 """
 _FILTER_JS = """
 function invFilter() {
@@ -177,7 +178,9 @@ def render_html(m: Matrix) -> str:
         else:
             out.append(f'<section class="real"><h2>{escape(section.title)}</h2>')
         out.append(f'<p class="meta">{escape(section.note)}.</p>')
+        out.append('<div class="scroll">')  # a fleet has more columns than a screen is wide
         out += _table(section, g, blob)
+        out.append("</div>")
         out.append("</section></details>" if control else "</section>")
     if g.footnotes:
         out.append('<h2>Notes</h2><ol class="notes">' + "".join(f"<li>{escape(t)}</li>" for t in g.footnotes) + "</ol>")
@@ -200,13 +203,13 @@ def _hardware(m: Matrix) -> list[str]:
     fps = m.hardware
     if not fps:
         return []
-    out = ["<h2>Hardware</h2><table><thead><tr><th>hardware</th>"]
+    out = ['<h2>Hardware</h2><div class="scroll"><table><thead><tr><th>hardware</th>']
     out += [f"<th>{escape(label)}</th>" for label, _, _ in _HW_FIELDS]
     out.append("</tr></thead><tbody>")
     for name, fp in fps.items():
         vals = "".join(f"<td>{escape(_hw_value(fp, s, f))}</td>" for _, s, f in _HW_FIELDS)
         out.append(f"<tr><td>{escape(name)}</td>{vals}</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")  # one column per identity field: wider than a screen
     return out
 
 
@@ -252,7 +255,7 @@ def _plots(hw: str, items: list[PlotItem]) -> list[str]:
     if drift:
         out.append("<h3>Localization: drift after the culprit</h3>")
         out.append(plots.drift_chart(drift, "Max ULP of the probe row per layer, at the largest batch"))
-    uniq = unique_series(items)
+    uniq = unique_series(items, with_hardware=False)  # the group names the hardware
     if uniq:
         out.append("<h3>Engine: unique samples vs concurrency</h3>")
         out.append(plots.small_multiples(uniq, "Unique completions of one prompt (1 everywhere: invariant)",

@@ -181,12 +181,13 @@ def _xy_pairs(ev: Mapping[str, Any]) -> list[tuple[float, float]]:
     return sorted(out)
 
 
-def unique_series(items: Iterable[Any]) -> list[tuple[str, list[tuple[float, float]]]]:
+def unique_series(items: Iterable[Any], with_hardware: bool = True) -> list[tuple[str, list[tuple[float, float]]]]:
     """Engine records: unique completions vs concurrency (1 everywhere means invariant)."""
     out = []
     for item in _items(items):
         if item.data.unique:
-            label = f"{impl_label(str(item.implementation), item.mode)} · {item.hardware} · "
+            hw = f"{item.hardware} · " if with_hardware else ""
+            label = f"{impl_label(str(item.implementation), item.mode)} · {hw}"
             out.append((label + f"{item.oracle} · {item.data.test}", list(item.data.unique)))
     return sorted(out)
 

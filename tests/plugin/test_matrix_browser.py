@@ -84,7 +84,7 @@ def test_matrix_html_first_screen_shows_the_real_table_and_nothing_is_clipped(br
     assert probe["table_top"] is not None and probe["table_top"] < 1000, probe  # on the first screen
     assert probe["table_rows"] >= 3 and probe["first_cell"].startswith("✔"), probe
     assert probe["page_overflow"] <= 0, probe
-    assert probe["svgs"] >= 3 and probe["clipped"] == [], probe
+    assert probe["svgs"] >= 3 and probe["clipped"] == [], json.dumps(probe)
     assert probe["cell_lines"] >= 1, probe  # the opened cell's evidence came out of the embedded document
     assert probe["controls_folded"], probe
 
