@@ -46,9 +46,13 @@ def _build_parser() -> _Parser:
     m.add_argument("records", nargs="+", metavar="RECORDS", help="JSONL records files (later files win ties)")
     m.add_argument("--out", required=True, metavar="DIR", help="directory to write the matrix into")
 
-    c = sub.add_parser("compare", help="exit 1 if a cell that was invariant in MATRIX.json no longer is")
-    c.add_argument("records", nargs="+", metavar="RECORDS", help="JSONL records files of the new run")
-    c.add_argument("--expect", required=True, metavar="MATRIX.json", help="the committed matrix.json")
+    c = sub.add_parser("compare", help="the cells whose verdict changed against a baseline (matrix.json or "
+                       "records); exit 1 if a cell that was invariant no longer is")
+    c.add_argument("records", nargs="+", metavar="RECORDS", help="JSONL records files of the new run or stack")
+    base = c.add_mutually_exclusive_group(required=True)
+    base.add_argument("--expect", metavar="MATRIX.json", help="the committed matrix.json")
+    base.add_argument("--baseline", action="append", metavar="RECORDS",
+                      help="JSONL records of the old stack (repeat for several files), e.g. the torch 2.11 runs")
 
     loc = sub.add_parser("localize", help="name the first aten op of a model whose probe row depends on its batch")
     from .localize.command import add_arguments
@@ -63,29 +67,32 @@ def _build_parser() -> _Parser:
     return parser
 
 
-def _read(paths: Sequence[str]) -> list[dict]:
-    from .recordio import RecordFileError, read_records
+def _matrix(paths: Sequence[str]):
+    """The matrix of ``paths``, streamed (one record in memory at a time); skipped lines warned."""
+    from .matrix import Matrix
+    from .recordio import RecordFileError
 
+    problems: list = []
     try:
-        records, problems = read_records(paths)
+        m = Matrix.from_files(list(paths), problems)
     except RecordFileError as e:
         raise UsageError(str(e)) from None
     for p in problems:
         print(f"warning: {p}", file=sys.stderr)
-    if not records:
+    if not m.records_read:
         raise _NoRecords(f"no record could be read from {', '.join(paths)}")
-    return records
+    return m
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a directory")
-    records = _read(args.records)
+    m = _matrix(args.records)
     from .matrix import render_matrix
 
     try:
-        paths = render_matrix(records, out)
+        paths = render_matrix(m, out)
     except OSError as e:
         raise UsageError(f"--out {args.out}: cannot write there: {e.strerror or e}") from None
     for path in paths.values():
@@ -94,19 +101,25 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from .expect import ExpectedMatrixError, compare_with_expected
+    from .expect import ExpectedMatrixError, compare_cells, load_expected
 
-    records = _read(args.records)
-    try:
-        regressions = compare_with_expected(records, args.expect)
-    except ExpectedMatrixError as e:
-        raise UsageError(str(e)) from None
-    for r in regressions:
-        print(f"REGRESSION {r}")
+    new = _matrix(args.records).cells
+    if args.baseline:
+        old, against = _matrix(args.baseline).cells, ", ".join(args.baseline)
+    else:
+        try:
+            old, against = load_expected(args.expect), args.expect
+        except ExpectedMatrixError as e:
+            raise UsageError(str(e)) from None
+    changes = compare_cells(old, new)
+    for c in changes:
+        print(f"{'REGRESSION' if c.regression else 'CHANGED'} {c}")
+    regressions = sum(c.regression for c in changes)
+    improved = len(changes) - regressions
     if regressions:
-        print(f"{len(regressions)} regression(s) against {args.expect}")
+        print((f"{improved} other changed cell(s); " if improved else "") + f"{regressions} regression(s) against {against}")
         return EXIT_FOUND
-    print(f"no regressions against {args.expect}")
+    print((f"{improved} changed cell(s), " if improved else "") + f"no regressions against {against}")
     return EXIT_OK
 
 

@@ -1,9 +1,11 @@
-"""Regressions against a committed matrix: a cell that was ``invariant`` and now is not.
+"""Changed cells against a baseline (a committed matrix, or another stack's records).
 
-Only cells present in both are compared: a run that selected a subset of the
-suites (``-m matmul``) must not report every other cell as lost. Improvements
-(divergent -> invariant) are not regressions either; the committed matrix is
-updated by re-rendering it.
+A regression is a cell that was ``invariant`` and now is not. Only cells present
+in both are compared: a run that selected a subset of the suites (``-m matmul``)
+must not report every other cell as lost. Improvements (divergent -> invariant)
+are changes, printed by ``pytest-invariance compare``, not regressions; the
+committed matrix is updated by re-rendering it. Cells match on row, hardware
+class and oracle, never on the software stack: comparing stacks is the point.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class ExpectedMatrixError(Exception):
 
 @dataclass(frozen=True)
 class Regression:
-    """One cell that lost its ``invariant`` verdict."""
+    """One cell whose verdict changed; a regression when it lost its ``invariant`` verdict."""
 
     family: str
     implementation: str
@@ -39,14 +41,27 @@ class Regression:
     expected: str
     actual: str
     evidence: str
+    stacks: tuple[str, str] | None = None  # (baseline's, now's) where they differ
+
+    @property
+    def regression(self) -> bool:
+        return self.expected == INVARIANT and self.actual != INVARIANT
 
     def __str__(self) -> str:
         where = f"{self.family} / {impl_label(self.implementation, self.mode)} / {self.quantization or '–'}"
-        return f"{where} on {self.hardware}, {self.oracle}: was {self.expected}, now {self.actual} — {self.evidence}"
+        text = f"{where} on {self.hardware}, {self.oracle}: was {self.expected}, now {self.actual} — {self.evidence}"
+        return text + (f" [stack {self.stacks[0]} → {self.stacks[1]}]" if self.stacks else "")
 
 
 def _key(cell: Mapping[str, Any]) -> tuple:
     return tuple(cell.get(k) or None for k in KEY_FIELDS)
+
+
+def _bare(key: tuple) -> tuple:
+    """The key with the hardware class cut to its name (``NVIDIA H200 · cc 9.0`` -> ``NVIDIA
+    H200``): a matrix.json written before hardware classes names its columns that way."""
+    i = KEY_FIELDS.index("hardware")
+    return (*key[:i], str(key[i] or "").split(" · ")[0], *key[i + 1 :])
 
 
 def load_expected(path: str | os.PathLike[str]) -> list[dict]:
@@ -86,16 +101,15 @@ def _as_cells(items: Iterable[Mapping[str, Any]]) -> list[dict]:
     return items
 
 
-def compare_with_expected(
-    records_or_cells: Iterable[Mapping[str, Any]], expected_matrix_json_path: str | os.PathLike[str]
-) -> list[Regression]:
-    """Cells that were ``invariant`` in the expected matrix and are now anything else, sorted."""
-    expected = {_key(c): c for c in load_expected(expected_matrix_json_path)}
+def compare_cells(baseline: Iterable[Mapping[str, Any]], now: Iterable[Mapping[str, Any]]) -> list[Regression]:
+    """Cells present in both whose verdict differs, in either direction, sorted."""
+    before = {_key(c): c for c in baseline}
     out = []
-    for cell in _as_cells(records_or_cells):
-        before = expected.get(_key(cell))
-        if before is None or before.get("verdict") != INVARIANT or cell.get("verdict") == INVARIANT:
+    for cell in now:
+        old = before.get(_key(cell)) or before.get(_bare(_key(cell)))
+        if old is None or old.get("verdict") == cell.get("verdict"):
             continue
+        stacks = (str(old.get("stack") or "unknown stack"), str(cell.get("stack") or "unknown stack"))
         out.append(
             Regression(
                 family=cell["family"],
@@ -104,9 +118,18 @@ def compare_with_expected(
                 quantization=cell.get("quantization") or None,
                 hardware=cell["hardware"],
                 oracle=cell["oracle"],
-                expected=INVARIANT,
+                expected=str(old.get("verdict")),
                 actual=str(cell.get("verdict")),
                 evidence=str(cell.get("evidence") or ""),
+                stacks=stacks if stacks[0] != stacks[1] else None,
             )
         )
     return sorted(out, key=lambda r: tuple(str(getattr(r, k) or "") for k in KEY_FIELDS))
+
+
+def compare_with_expected(
+    records_or_cells: Iterable[Mapping[str, Any]], expected_matrix_json_path: str | os.PathLike[str]
+) -> list[Regression]:
+    """Cells that were ``invariant`` in the expected matrix and are now anything else, sorted."""
+    changes = compare_cells(load_expected(expected_matrix_json_path), _as_cells(records_or_cells))
+    return [c for c in changes if c.regression]

@@ -49,7 +49,18 @@ class Invariance:
 
     @property
     def device(self) -> str:
-        return "cuda" if hardware.cuda_available() else "cpu"
+        """``cuda`` (this worker's pinned GPU is the current device) or ``cpu``."""
+        if hardware.cuda_available():
+            self.gpu  # noqa: B018 - pins this worker's GPU as the current device
+            return "cuda"
+        return "cpu"
+
+    @property
+    def gpu(self) -> int | None:
+        """The GPU index this worker runs on (``gpus.pinned_gpu``: worker i on GPU i mod count)."""
+        from pytest_invariance.gpus import pinned_gpu
+
+        return pinned_gpu()
 
     def batch_sizes(self, limit: int | None = None) -> list[int]:
         from pytest_invariance.oracles.sweeps import batch_sweep

@@ -233,7 +233,7 @@ def small_multiples(
         body += _x_axis(axis, top + plot_h, xlabel)
     rows = -(-len(series) // per_row)
     width = min(len(series), per_row) * cell_w + 10
-    return _svg(max(width, 340), _TOP + rows * cell_h + 10, body, title)
+    return _svg(max(width, 340, 8 * len(title) + 20), _TOP + rows * cell_h + 10, body, title)  # one chart: the title sets the width
 
 
 def drift_chart(series: Sequence[tuple[str, list[tuple[str, float]], str | None]], title: str) -> str:

@@ -100,8 +100,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "its API flavour (openai) does not")
     group.addoption("--invariance-target-version", dest="invariance_target_version", metavar="V", default=None,
                     help="the target's version for records, where the server reports none")
+    group.addoption("--invariance-gpus", dest="invariance_gpus", metavar="I,J,...", default=None,
+                    help="GPU indices the xdist workers spread over (worker i takes entry i mod length; "
+                    "default: every visible GPU, worker i on GPU i mod count)")
     for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "levels", "prompts", "evidence", "implementation",
-                "target_version"):
+                "target_version", "gpus"):
         parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)
     parser.addini("invariance_url", "default --invariance-url", default=None)
     parser.addini("invariance_request_timeout", "default --invariance-request-timeout (seconds)", default=None)
@@ -206,6 +209,13 @@ class InvarianceSession:
             limit=limit,
         )
         self.adapter_options = adapter_options(config)
+        from pytest_invariance import gpus
+
+        gpu_list = option(config, "invariance_gpus")
+        try:
+            gpus.configure(gpus.parse_gpus(gpu_list) if gpu_list else None)
+        except gpus.GpuChoiceError as exc:
+            raise pytest.UsageError(str(exc)) from None
         check_url("--invariance-url", option(config, "invariance_url"))
         check_url("--invariance-url-control", config.getoption("invariance_url_control"))
         check_url("--invariance-url-speculative", config.getoption("invariance_url_speculative"))
@@ -343,6 +353,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
         if not hardware.cuda_available():
             pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False on this machine)")
+        from pytest_invariance.gpus import GpuChoiceError, pinned_gpu
+
+        try:
+            pinned_gpu()  # this worker's own GPU becomes the current device before the test runs
+        except GpuChoiceError as exc:
+            pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture

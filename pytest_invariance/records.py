@@ -14,7 +14,9 @@ import math
 import uuid
 from typing import Any, TypedDict
 
+from .identity import fill_unknown, hardware_class, stack_of
 from .oracles.classes import ClassRanges, check_ranges
+from .oracles.verdict import VERDICTS
 
 SCHEMA = "pytest-invariance.record/1"
 SCHEMA_NAME, _, _VERSION = SCHEMA.rpartition("/")
@@ -118,10 +120,10 @@ def _object_or_none(obj: dict, key: str) -> None:
 def parse_record(obj: Any) -> Record:
     """Check ``obj`` against the record schema once and return it typed (raises :class:`RecordError`).
 
-    Normalizes what older records wrote differently: a missing ``extra`` becomes ``{}``, and
-    equivalence classes written as text (``{1} {2..32}``) become ranges."""
-    from .oracles.verdict import VERDICTS
-
+    Normalizes what older records wrote differently: a missing ``extra`` becomes ``{}``,
+    equivalence classes written as text (``{1} {2..32}``) become ranges, and identity fields
+    added since (ISA, AMX, GPU index and UUID, cuBLAS / cuDNN / NCCL, the engine) are None,
+    unknown. Fields this version does not know pass through untouched."""
     if not isinstance(obj, dict):
         raise RecordError(f"not a JSON object ({type(obj).__name__})")
     schema = obj.get("schema")
@@ -147,6 +149,7 @@ def parse_record(obj: Any) -> Record:
     for key in ("evidence", "software"):
         if not isinstance(obj[key], dict):
             raise RecordError(f"field {key!r} is not an object")
+    fill_unknown(hw, obj["software"])
     for key in ("control", "cost", "extra"):
         _object_or_none(obj, key)
     ev = obj["evidence"]
@@ -245,11 +248,17 @@ def make_record(
     evidence: dict | None = None,
     control: dict | None = None,
     cost: dict | None = None,
+    engine: dict | None = None,
     **extra_fields: Any,
 ) -> Record:
-    """Assemble a complete record; unknown keyword fields go under ``extra`` unless top-level known."""
+    """Assemble a complete record; unknown keyword fields go under ``extra`` unless top-level known.
+
+    ``engine`` (e2e records: ``{"name", "version", "model"}``) joins the software stack."""
     from pytest_invariance.oracles.verdict import check_verdict
 
+    software = dict(fingerprint["software"])
+    if engine is not None:
+        software["engine"] = engine
     top = {k: extra_fields.pop(k) for k in ("seed", "trials", "profile") if k in extra_fields}
     extra = dict(extra_fields.pop("extra", None) or {})
     extra.update(extra_fields)
@@ -258,7 +267,7 @@ def make_record(
         "run_id": run_id,
         "time": now_iso(),
         "hardware": fingerprint["hardware"],
-        "software": fingerprint["software"],
+        "software": software,
         "family": family,
         "implementation": implementation,
         "mode": mode,
@@ -279,9 +288,13 @@ def make_record(
 
 
 def record_key(rec: Record) -> tuple:
-    """Identity of a record's configuration: the same key in a later run supersedes it."""
+    """Identity of a record's configuration: the same key in a later run supersedes it.
+
+    The hardware is its class (``identity.hardware_class``) and the software stack is part of the
+    key, so a run on an upgraded stack stands beside the old stack's verdicts instead of hiding them."""
     import json
 
+    hw, sw = rec.get("hardware") or {}, rec.get("software") or {}
     return (
         rec.get("nodeid"),
         rec.get("family"),
@@ -290,5 +303,6 @@ def record_key(rec: Record) -> tuple:
         rec.get("quantization"),
         rec.get("oracle"),
         json.dumps(rec.get("shape"), sort_keys=True),
-        (rec.get("hardware") or {}).get("name"),
+        hardware_class(hw),
+        stack_of(hw, sw),
     )

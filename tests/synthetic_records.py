@@ -124,3 +124,18 @@ def rec(
     )
     r["time"] = time
     return r
+
+
+def cpu_with_isa(isa: str, torch: str = "2.13.0+cpu", model: str = "Intel(R) Xeon(R) Processor") -> dict:
+    """A CPU fingerprint as the fingerprint writes it now: the ISA torch dispatches to, AMX."""
+    return {
+        "hardware": {"name": model, "kind": "cpu", "device_count": 0, "cpu_model": model, "cores": 2,
+                     "isa": isa, "amx": False},
+        "software": {"python": "3.11.7", "torch": torch, "triton": "3.9.0", "pytest_invariance": "0.1.0",
+                     "cublas": None, "cudnn": None, "nccl": None},
+    }  # fmt: skip
+
+
+def h200_on(torch: str) -> dict:
+    """The H200 fingerprint on another torch build: another software stack, the same column."""
+    return {"hardware": dict(H200["hardware"]), "software": {**H200["software"], "torch": torch}}

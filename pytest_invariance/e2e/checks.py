@@ -32,11 +32,13 @@ def subject(invariance: Any, t: Target, oracle: str, out: Outcome, extra: dict |
     variant = f"+{SHARED_RNG}" if info.get("shared_rng") else ""  # a control variant gets its own matrix row
     if int(info.get("tp_size") or 1) > 1:  # so does a tensor-parallel engine: TP sizes are not one row
         variant += f"+tp{int(info['tp_size'])}"
+    model = info.get("model") or info.get("served_model_name") or getattr(t.adapter, "answered_model", None)
+    engine = {"name": info.get("implementation") or t.engine, "version": info.get("version"), "model": model}
     return {
         "family": "engine", "implementation": (info.get("implementation") or t.engine) + variant, "mode": t.mode, "oracle": oracle,
         "quantization": quantization_of(info.get("dtype") or "unknown"), "dtype": info.get("dtype"),
-        "shape": {**out.shape, "model": info.get("model") or info.get("served_model_name")
-                  or getattr(t.adapter, "answered_model", None)},  # the answers name it where /v1/models fails
+        "shape": {**out.shape, "model": model},  # the answers name the model where /v1/models fails
+        "engine": engine,  # joins the record's software stack
         "contract": "bitwise", "seed": invariance.seed, "trials": 1, "profile": invariance.profile,
         "extra": {
             "role": t.role, "server_info": t.config(),

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .build import Matrix, build_cells, latest_records
 from .html import render_html
 from .markdown import render_glance_markdown, render_markdown
-from .model import Matrix, build_cells, evidence_parts, impl_label, latest_records
+from .model import evidence_parts, impl_label
 from .series import divergence_series
 from .tables import render_csv, render_json
 
@@ -22,10 +23,11 @@ __all__ = ["Matrix", "build_cells", "divergence_series", "evidence_parts", "impl
            "render_matrix"]  # fmt: skip
 
 
-def render_matrix(records: Iterable[Mapping[str, Any]], out_dir: str | Path) -> dict[str, Path]:
+def render_matrix(records: Iterable[Mapping[str, Any]] | Matrix, out_dir: str | Path) -> dict[str, Path]:
     """Write matrix.md (glance), matrix-full.md, matrix.html, matrix.csv and matrix.json under
-    ``out_dir``; returns their paths by kind (``md``, ``full-md``, ``html``, ``csv``, ``json``)."""
-    m = Matrix.build(records)
+    ``out_dir``; returns their paths by kind (``md``, ``full-md``, ``html``, ``csv``, ``json``).
+    ``records`` may be a built :class:`Matrix` (``Matrix.from_files`` streams large files)."""
+    m = records if isinstance(records, Matrix) else Matrix.build(records)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 
 from ..oracles.verdict import INVARIANT, worst
 from ..oracles.vocabulary import CONTROL_VARIANTS, ORACLE_SHORT, PERF, VERDICT_SYMBOLS
-from .model import FAMILY_ORDER, Matrix, _rank
+from .build import Matrix
+from .model import FAMILY_ORDER, _rank
 
 _URL = re.compile(r"\s*@\s*https?://\S+?(?=[\s,;)\]]|$)")
 WEAK_NOTE = ("a pass on fewer than 3 clean trials: too few to bound its failure rate usefully "
              "(each pass's trials and 95% bound are in matrix-full.md)")
 FOREIGN_NOTE = "the positive control ran on another engine than the subject"
+CHANGED_MARK = "Δ"  # the verdict changed between software stacks (both verdicts are in the evidence)
 
 
 
@@ -48,11 +50,13 @@ class Mark:
     verdict: str
     detail: str
     notes: tuple[int, ...] = ()
+    changed: bool = False  # the software stacks of this cell disagree
 
     @property
     def text(self) -> str:
         sup = "".join(f"[{n}]" for n in self.notes)
-        return f"{VERDICT_SYMBOLS[self.verdict]} {ORACLE_SHORT.get(self.oracle, self.oracle)}{sup}"
+        mark = CHANGED_MARK if self.changed else ""
+        return f"{VERDICT_SYMBOLS[self.verdict]} {ORACLE_SHORT.get(self.oracle, self.oracle)}{mark}{sup}"
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,8 @@ def glance(m: Matrix) -> Glance:
         if cell["oracle"] == PERF:  # a speed, not a verdict on invariance: the full view shows it
             continue
         row = (cell["family"], cell["implementation"], cell["mode"], cell["quantization"])
-        mark = Mark(cell["oracle"], cell["verdict"], strip_urls(cell["evidence"]), _notes_of(cell, notes))
+        mark = Mark(cell["oracle"], cell["verdict"], strip_urls(cell["evidence"]), _notes_of(cell, notes),
+                    bool(cell.get("changed")))  # fmt: skip
         by_key[(row, cell["hardware"])].append(mark)
     cells = {k: GlanceCell(worst([mk.verdict for mk in marks]), tuple(marks)) for k, marks in by_key.items()}
     rows = sorted({row for row, _ in cells}, key=lambda r: (_rank(FAMILY_ORDER, r[0]), r[1], r[2] or "", r[3] or ""))

@@ -6,16 +6,15 @@ from ..oracles.verdict import (
     VERDICTS,
 )
 from ..oracles.vocabulary import ORACLE_SHORT, VERDICT_SYMBOLS
-from .glance import glance, strip_urls
+from .build import Matrix
+from .glance import CHANGED_MARK, glance, strip_urls
 from .model import (
     _HW_FIELDS,
     VERDICT_MEANING,
-    Matrix,
     _contracts,
     _grid,
     _hw_value,
     _summary_line,
-    hardware_fingerprints,
     impl_label,
 )
 
@@ -27,7 +26,8 @@ def _md_escape(text: str) -> str:
 def _legend() -> str:
     verdicts = " · ".join(f"{VERDICT_SYMBOLS[v]} {v}" for v in VERDICTS)
     oracles = ", ".join(f"{short} = {name}" for name, short in ORACLE_SHORT.items())
-    return f"{verdicts}; a blank cell was not run there. Oracles: {oracles}."
+    return (f"{verdicts}; a blank cell was not run there; {CHANGED_MARK} marks a verdict that changed between "
+            f"software stacks. Oracles: {oracles}.")
 
 
 def render_glance_markdown(m: Matrix) -> str:
@@ -36,7 +36,7 @@ def render_glance_markdown(m: Matrix) -> str:
     out = [
         "# Invariance matrix",
         "",
-        f"Contract(s): **{', '.join(_contracts(m.cells))}**. {_summary_line(m.records_read, m.recs, m.cells)}.",
+        f"Contract(s): **{', '.join(_contracts(m.cells))}**. {_summary_line(m)}.",
         "",
         _legend() + " Evidence for every cell: `matrix-full.md`, `matrix.html`.",
         "",
@@ -61,7 +61,7 @@ def render_glance_markdown(m: Matrix) -> str:
 
 
 def _hardware_table(m: Matrix) -> list[str]:
-    fps = hardware_fingerprints(m.recs)
+    fps = m.hardware
     if not fps:
         return []
     out = ["## Hardware", ""]
@@ -76,12 +76,12 @@ def _hardware_table(m: Matrix) -> list[str]:
 
 def render_markdown(m: Matrix) -> str:
     """matrix-full.md: each cell's worst verdict, then every oracle with its evidence."""
-    recs_in, recs, cells = m.records_read, m.recs, m.cells
-    rows, hardware, grid = _grid(cells, recs)
+    cells = m.cells
+    rows, hardware, grid = _grid(m)
     out = [
         "# Invariance matrix (full evidence)",
         "",
-        f"Contract(s): **{', '.join(_contracts(cells))}**. " + _summary_line(recs_in, recs, cells) + ".",
+        f"Contract(s): **{', '.join(_contracts(cells))}**. " + _summary_line(m) + ".",
         "",
         "Each cell: the worst verdict in bold, then one verdict per oracle with its evidence; "
         "`–` means not run on that hardware.",

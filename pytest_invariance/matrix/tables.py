@@ -6,20 +6,19 @@ import json
 
 from ..oracles.classes import format_ranges
 from ..records import SCHEMA
+from .build import Matrix
 from .model import (
     CELL_KEYS,
     MATRIX_SCHEMA,
-    Matrix,
     _contracts,
     _summary_line,
-    hardware_fingerprints,
 )
 
 
 def _json_cells(cells: list[dict]) -> list[dict]:
     keep = (*CELL_KEYS, "verdict", "evidence", "contracts", "cost", "records", "verdict_counts",
             "first", "max_ulp", "failures", "trials", "equivalence_classes", "nodeid", "control")  # fmt: skip
-    optional = ("vacuous_by_construction", "weakest_pass")
+    optional = ("vacuous_by_construction", "weakest_pass", "stack", "stacks", "changed")
     out = [{**{k: c[k] for k in keep}, **{k: c[k] for k in optional if k in c}} for c in cells]
     for c in out:  # classes are data until here; the file shows the {1} {2..32} text a reader scans
         if c["equivalence_classes"] is not None:
@@ -28,13 +27,13 @@ def _json_cells(cells: list[dict]) -> list[dict]:
 
 
 def render_json(m: Matrix) -> str:
-    recs_in, recs, cells = m.records_read, m.recs, m.cells
+    cells = m.cells
     doc = {
         "schema": MATRIX_SCHEMA,
         "record_schema": SCHEMA,
         "contracts": _contracts(cells),
-        "summary": _summary_line(recs_in, recs, cells),
-        "hardware": hardware_fingerprints(recs),
+        "summary": _summary_line(m),
+        "hardware": m.hardware,
         "cells": _json_cells(cells),
     }
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"

@@ -101,7 +101,7 @@ def test_compare_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["compare", str(base), str(later), "--expect", expected]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(
-        "REGRESSION matmul / torch / fp32-ieee on NVIDIA H200, run-to-run: was invariant, now divergent"
+        "REGRESSION matmul / torch / fp32-ieee on NVIDIA H200 · cc 9.0, run-to-run: was invariant, now divergent"
     )
     assert out[-1] == f"1 regression(s) against {expected}"
 

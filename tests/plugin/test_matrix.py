@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import random
 import re
@@ -47,7 +49,7 @@ def _cell(cells: list[dict], **key) -> dict:
 
 def test_cells_carry_verdict_and_evidence() -> None:
     cells = build_cells(_records())
-    h200 = dict(family="matmul", implementation="torch", hardware="NVIDIA H200")
+    h200 = dict(family="matmul", implementation="torch", hardware="NVIDIA H200 · cc 9.0")
     bs = _cell(cells, oracle="batch-size", **h200)
     assert bs["verdict"] == "divergent"
     assert bs["evidence"] == "batch-size: divergent (first N=16, max ULP 3, max abs 1e-06, 4/5 trials)"
@@ -73,7 +75,7 @@ def test_latest_record_wins_and_order_does_not_matter(tmp_path: Path) -> None:
     for order in ([old, new, other_hw], [new, other_hw, old]):
         cells = build_cells(order)
         assert {c["hardware"]: c["verdict"] for c in cells} == {
-            "NVIDIA H200": "invariant",
+            "NVIDIA H200 · cc 9.0": "invariant",
             "AMD EPYC 9654": "divergent",
         }
         assert all(c["records"] == 1 for c in cells)
@@ -130,7 +132,7 @@ def test_render_writes_five_files_with_cells(tmp_path: Path) -> None:
 
     md = paths["full-md"].read_text()
     assert "Contract(s): **bitwise**" in md
-    assert "| family | implementation | quantization | AMD EPYC 9654 | NVIDIA H200 |" in md
+    assert "| family | implementation | quantization | AMD EPYC 9654 | NVIDIA H200 · cc 9.0 |" in md
     row = next(line for line in md.splitlines() if line.startswith("| matmul | torch |"))
     assert (
         "**divergent**: batch-size: divergent (first N=16, max ULP 3, max abs 1e-06, 4/5 trials) · run-to-run: invariant"
@@ -150,7 +152,7 @@ def test_render_writes_five_files_with_cells(tmp_path: Path) -> None:
     assert len(doc["cells"]) == len(build_cells(_records()))
     keys = {"family", "implementation", "quantization", "hardware", "oracle", "verdict", "evidence", "cost"}
     assert all(keys <= set(c) for c in doc["cells"])
-    assert doc["hardware"]["NVIDIA H200"]["hardware"]["sm_count"] == 132
+    assert doc["hardware"]["NVIDIA H200 · cc 9.0"]["hardware"]["sm_count"] == 132
 
     csv = pd.read_csv(paths["csv"])
     assert len(csv) == len(doc["cells"])
@@ -158,24 +160,35 @@ def test_render_writes_five_files_with_cells(tmp_path: Path) -> None:
     assert hit.iloc[0]["cost_ratio"] == 0.93 and hit.iloc[0]["contract"] == "bitwise"
 
 
+def _blob(html: str) -> dict:
+    """The document matrix.html loads on demand: cell evidence and plots (gzip + base64)."""
+    (packed,) = re.findall(r'<script type="application/gzip\+base64" id="inv-data">([^<]*)</script>', html)
+    return json.loads(gzip.decompress(base64.b64decode(packed)))
+
+
 def test_html_is_self_contained_coloured_and_has_plots(tmp_path: Path) -> None:
     html = render_matrix(_records(), tmp_path)["html"].read_text()
     assert "<link" not in html and "src=" not in html  # one file: inline CSS, SVG and filter script
     assert ".v-divergent { background: #ffcdd2; }" in html
-    assert ('<td class="cell v-divergent" data-hw="NVIDIA H200"><details><summary>✘ size ✔ rerun</summary>'
-            '<div class="o v-divergent">batch-size: divergent (first N=16') in html  # fmt: skip
+    cell = re.search(r'<td class="cell v-divergent" data-hw="NVIDIA H200 · cc 9.0"><details data-c="(\d+)">'
+                     r"<summary>✘ size ✔ rerun</summary></details></td>", html)  # fmt: skip
+    assert cell is not None
+    doc = _blob(html)  # the evidence is loaded when the cell opens, not inlined
+    assert doc["cells"][int(cell.group(1))].startswith('<div class="o v-divergent">batch-size: divergent (first N=16')
     assert '<td class="cell v-vacuous"' in html
     assert '<details class="controls"><summary>Positive controls</summary>' in html
-    svgs = re.findall(r"<svg.*?</svg>", html, re.S)
+    assert "<svg" not in html  # plots too: one folded group per hardware class
+    assert '<details class="plots-hw" data-hw="NVIDIA H200 · cc 9.0" data-plots="real|NVIDIA H200 · cc 9.0">' in html
+    svgs = [svg for group in doc["plots"].values() for svg in re.findall(r"<svg.*?</svg>", group, re.S)]
     for svg in svgs:
         xml.dom.minidom.parseString(svg)  # well-formed
     titles = " ".join(svgs)
-    assert "NVIDIA H200: probe row differs from batch size 1 at N" in titles
-    assert "NVIDIA H200: first differing batch size (1 divergent records)" in titles
+    assert "NVIDIA H200 · cc 9.0: probe row differs from batch size 1 at N" in titles
+    assert "NVIDIA H200 · cc 9.0: first differing batch size (1 divergent records)" in titles
     assert "AMD EPYC 9654: first differing batch size (1 divergent records)" in titles
-    assert "Batch sizes grouped by bit-identical probe output" in titles
+    assert "batch sizes grouped by bit-identical probe output" in titles
     assert "Unique completions of one prompt" in titles
-    assert "bundled [default] · NVIDIA H200 · unique-samples" in titles
+    assert "bundled [default] · unique-samples" in titles  # in the NVIDIA H200 · cc 9.0 group
     assert "N=32: 1/1 configuration(s) differ" in titles
 
 
@@ -185,7 +198,7 @@ def test_divergence_series_counts_configs() -> None:
         rec(verdict="divergent", nodeid="t::b", evidence=divergent_evidence(first_n=8)),
     ]
     ((label, pts),) = divergence_series(recs)
-    assert label == "matmul · torch · fp32-ieee · NVIDIA H200 · batch-size"
+    assert label == "matmul · torch · fp32-ieee · NVIDIA H200 · cc 9.0 · batch-size"
     # a: differs at 16, 32, 64 (classes edges 1, 15, 16, 64); b: differs at 8, 16, 32 (edges 1, 7, 8, 32)
     assert pts[16] == (2, 2) and pts[32] == (2, 2) and pts[64] == (1, 1) and pts[8] == (1, 1)
     assert pts[1] == (0, 2) and pts[15] == (0, 1)
@@ -233,7 +246,7 @@ def test_invariant_to_divergent_is_a_regression(tmp_path: Path) -> None:
     ]  # rmsnorm not run this time: not a regression either
     regressions = compare_with_expected(now, expected)
     assert [str(r) for r in regressions] == [
-        "matmul / torch / fp32-ieee on NVIDIA H200, batch-size: was invariant, now divergent — "
+        "matmul / torch / fp32-ieee on NVIDIA H200 · cc 9.0, batch-size: was invariant, now divergent — "
         "batch-size: divergent (first N=16, max ULP 3, max abs 1e-06, 4/5 trials)"
     ]
     # cells work as input too
@@ -355,5 +368,5 @@ def test_localization_drift_is_plotted_with_its_culprit(tmp_path: Path) -> None:
 
     ((label, layers, culprit),) = drift_series([loc])
     assert layers == [("model.layers.0", 3.0), ("model.layers.1", 300.0)] and culprit == "model.layers.0.mlp.down_proj"
-    html = render_matrix([loc], tmp_path)["html"].read_text()
-    assert "Localization: drift after the culprit" in html and "model.layers.0 max ULP 3 (culprit inside)" in html
+    plots = " ".join(_blob(render_matrix([loc], tmp_path)["html"].read_text())["plots"].values())
+    assert "Localization: drift after the culprit" in plots and "model.layers.0 max ULP 3 (culprit inside)" in plots

@@ -22,8 +22,11 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--
 # Runs in the page: where the first real-implementations table sits, what overflows.
 PROBE = """
 <script>
-window.addEventListener('load', () => {
+window.addEventListener('load', async () => {
   const t = document.querySelector('section.real table.matrix');
+  const cell = t ? t.querySelector('td.cell details') : null;
+  const opened = [...document.querySelectorAll('details[data-plots]'), cell].filter(d => d);
+  for (const d of opened) { d.open = true; await invFill(d); }  // evidence and plots load on demand
   const svgs = [...document.querySelectorAll('svg')];
   const clipped = svgs.filter(s => {
     const vb = s.viewBox.baseVal, b = s.getBBox();
@@ -33,6 +36,7 @@ window.addEventListener('load', () => {
     table_top: t ? t.getBoundingClientRect().top : null,
     table_rows: t ? t.querySelectorAll('tbody tr').length : 0,
     first_cell: t ? (t.querySelector('td.cell summary') || {}).textContent : null,
+    cell_lines: cell ? cell.querySelectorAll('div.o').length : 0,
     page_overflow: document.documentElement.scrollWidth - window.innerWidth,
     svgs: svgs.length, clipped: clipped,
     controls_folded: !!document.querySelector('details.controls:not([open])'),
@@ -80,7 +84,8 @@ def test_matrix_html_first_screen_shows_the_real_table_and_nothing_is_clipped(br
     assert probe["table_top"] is not None and probe["table_top"] < 1000, probe  # on the first screen
     assert probe["table_rows"] >= 3 and probe["first_cell"].startswith("✔"), probe
     assert probe["page_overflow"] <= 0, probe
-    assert probe["svgs"] >= 3 and probe["clipped"] == [], probe
+    assert probe["svgs"] >= 3 and probe["clipped"] == [], json.dumps(probe)
+    assert probe["cell_lines"] >= 1, probe  # the opened cell's evidence came out of the embedded document
     assert probe["controls_folded"], probe
 
     shot = tmp_path / "matrix.png"
