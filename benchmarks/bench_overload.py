@@ -46,7 +46,7 @@ def run_one(limit: int, clients: int, idle: int) -> dict:
             time.sleep(0.1)
         log = (Path(tmp) / "log").read_text()
         return {"limit": limit, "clients": clients, "idle": idle, **{f"n_{k}": v for k, v in report.counts().items()},
-                "without_status": report.without_status(), "tail_kind": report.tail_probe.kind,
+                "without_status": report.without_status(), "idle_answered_503": report.idle_answered_503, "tail_kind": report.tail_probe.kind,
                 "tail_s": round(report.tail_probe.latency_s, 3),
                 "tail_health_kind": report.tail_health.kind, "tail_health_s": round(report.tail_health.latency_s, 3), "wall_s": round(report.wall_s, 2),
                 "kv_free_after": kv["free"], "kv_total": kv["total"], "alive": proc.poll() is None,

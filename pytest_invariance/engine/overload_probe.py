@@ -21,7 +21,8 @@ NO_STATUS = ("reset", "timeout")  # the outcomes a client cannot tell from a dea
 
 @dataclass(frozen=True)
 class Outcome:
-    """One client's answer: ``kind`` is the tally key, ``latency_s`` from connect to answer."""
+    """One client's answer: ``kind`` is the tally key, ``latency_s`` from connect to answer,
+    ``detail`` the start of an error answer's body (or what cut the exchange short)."""
 
     kind: str
     status: int | None
@@ -71,12 +72,12 @@ async def _exchange(host: str, port: int, request: bytes) -> tuple[str, int | No
         status = int(lines[0].split(" ", 2)[1])
         headers = {k.strip().lower(): v.strip() for k, v in (x.split(":", 1) for x in lines[1:] if ":" in x)}
         try:
-            await reader.readexactly(int(headers.get("content-length", "0")))
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
         except asyncio.IncompleteReadError:
             return "reset", status, None, f"HTTP {status}, body cut short"
         retry = headers.get("retry-after")
         kind = str(status) if status != 503 else ("503" if retry else "503 without Retry-After")
-        return kind, status, retry, ""
+        return kind, status, retry, "" if status == 200 else body[:200].decode("utf-8", "replace")
     finally:
         writer.close()
 
@@ -88,10 +89,17 @@ async def burst(host: str, port: int, clients: int, timeout_s: float = 60.0,
     return list(await asyncio.gather(*(exchange(host, port, req, timeout_s) for _ in range(clients))))
 
 
-async def open_idle(host: str, port: int, n: int) -> list[asyncio.StreamWriter]:
+async def open_idle(host: str, port: int, n: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
     """``n`` connections that never send a byte (an idle-socket flood)."""
     pairs = await asyncio.gather(*(asyncio.open_connection(host, port) for _ in range(n)), return_exceptions=True)
-    return [p[1] for p in pairs if not isinstance(p, BaseException)]
+    return [p for p in pairs if not isinstance(p, BaseException)]
+
+
+async def _answered_503(reader: asyncio.StreamReader, wait_s: float) -> bool:
+    try:
+        return (await asyncio.wait_for(reader.read(12), wait_s)).startswith(b"HTTP/1.1 503")
+    except (asyncio.TimeoutError, ConnectionError):
+        return False
 
 
 def tally(outcomes: list[Outcome]) -> dict[str, int]:
@@ -108,6 +116,7 @@ class BurstReport:
     tail_probe: Outcome
     tail_health: Outcome
     idle_opened: int
+    idle_answered_503: int  # idle sockets the server answered 503 to make room (evicted)
     wall_s: float
 
     def counts(self) -> dict[str, int]:
@@ -131,6 +140,8 @@ async def burst_with_tail_probe(host: str, port: int, clients: int, *, idle: int
     probe, health = await asyncio.gather(exchange(host, port, req, timeout_s),
                                          exchange(host, port, health_request(host, port), timeout_s))  # fmt: skip
     outcomes = list(await asyncio.gather(*tasks))
-    for w in flood:
+    wall = time.monotonic() - t0
+    evicted = sum(await asyncio.gather(*(_answered_503(r, 0.5) for r, _ in flood)))
+    for _, w in flood:
         w.close()
-    return BurstReport(outcomes, probe, health, len(flood), time.monotonic() - t0)
+    return BurstReport(outcomes, probe, health, len(flood), evicted, wall)

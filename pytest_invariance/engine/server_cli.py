@@ -106,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-alive-timeout", type=_seconds("--keep-alive-timeout"), default=5.0, metavar="S",
                    help="close an idle keep-alive connection after S (default 5)")
     p.add_argument("--max-connections", type=_positive("--max-connections"), default=None, metavar="N",
-                   help="open connections at most; at the cap the longest-idle one is closed for a new one "
-                   "(default: the file-descriptor limit minus 64, at most 4096)")  # fmt: skip
+                   help="open connections at most; at the cap the longest-idle one, else the newcomer, is "
+                   "answered 503 with Retry-After and closed (default: from the file-descriptor limit, "
+                   "at most 4096)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
