@@ -34,11 +34,11 @@ def _limit(n: int):
     return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
-def run_one(limit: int, clients: int, idle: int) -> dict:
+def run_one(limit: int, clients: int, idle: int, timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp, served(["--log-level", "warning"], Path(tmp) / "log",
                                                         _limit(limit)) as (base, proc):  # fmt: skip
         port = int(base.rsplit(":", 1)[1])
-        report = asyncio.run(burst_with_tail_probe("127.0.0.1", port, clients, idle=idle))
+        report = asyncio.run(burst_with_tail_probe("127.0.0.1", port, clients, idle=idle, timeout_s=timeout_s))
         deadline = time.monotonic() + 30
         while (kv := requests.get(base + "/server_info", timeout=10).json()["kv_blocks"])["used"]:
             if time.monotonic() > deadline:
@@ -47,6 +47,7 @@ def run_one(limit: int, clients: int, idle: int) -> dict:
         log = (Path(tmp) / "log").read_text()
         return {"limit": limit, "clients": clients, "idle": idle, **{f"n_{k}": v for k, v in report.counts().items()},
                 "without_status": report.without_status(), "idle_answered_503": report.idle_answered_503, "tail_kind": report.tail_probe.kind,
+                "client_timeout_s": timeout_s, "max_latency_s": round(max(o.latency_s for o in report.outcomes), 2),
                 "tail_s": round(report.tail_probe.latency_s, 3),
                 "tail_health_kind": report.tail_health.kind, "tail_health_s": round(report.tail_health.latency_s, 3), "wall_s": round(report.wall_s, 2),
                 "kv_free_after": kv["free"], "kv_total": kv["total"], "alive": proc.poll() is None,
@@ -60,13 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", default="0", help="comma list of idle-socket flood sizes opened before the burst")
     ap.add_argument("--clients", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=60.0, help="each client's wait for its answer, s")
     ap.add_argument("--out", default=None, help="append one JSON line per run")
     args = ap.parse_args(argv)
     rows = []
     for limit in (int(x) for x in args.limits.split(",")):
         for idle in (int(x) for x in args.idle.split(",")):
             for _ in range(args.runs):
-                row = run_one(limit, args.clients, idle)
+                row = run_one(limit, args.clients, idle, args.timeout)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 if args.out:
