@@ -4,8 +4,10 @@ Why token ids: text is lossy (two tokenizations can decode to the same string), 
 returns ids where the server offers them and says so where it does not. Why the strict error
 policy: a sweep that silently drops a failed request reports fewer unique samples than the engine
 produced, so every failure is an :class:`AdapterError` naming the URL and the field, and only
-failures that cannot change a verdict (nothing was sent yet; 503 with ``Retry-After``) are retried,
-a bounded number of times. Every request carries a timeout, so nothing hangs.
+failures that cannot change a verdict are retried: a refused connect a bounded number of times, a
+503 with ``Retry-After`` (the engine's queue or its connection cap) after the wait it names, for as
+long as the request's deadline allows, then ``overloaded``. Every request carries a timeout and a
+deadline, so nothing hangs.
 """
 
 from __future__ import annotations
@@ -175,13 +177,17 @@ class Adapter(ABC):
             raise AdapterError(url, self._unresponsive.field, f"not sent: {self._unresponsive.message}")
         read_s = timeout_s or self.timeout_s
         deadline_s = self.deadline_s or default_deadline(read_s, body)
-        for attempt in range(self.retries + 1):
+        ends = time.monotonic() + deadline_s
+        attempt = overloaded = 0
+        while True:
             try:
                 resp = exchange(method, url, body=body, headers=self._headers(),
-                                timeout=(self.connect_timeout_s, read_s), deadline_s=deadline_s)  # fmt: skip
+                                timeout=(self.connect_timeout_s, read_s),
+                                deadline_s=max(ends - time.monotonic(), 0.001))  # fmt: skip
             except Exception as exc:  # noqa: BLE001 - every transport failure becomes one AdapterError
                 if never_connected(exc) and attempt < self.retries:
-                    time.sleep(0.1 * 2**attempt)
+                    attempt += 1
+                    time.sleep(0.1 * 2 ** (attempt - 1))
                     continue
                 err = AdapterError(url, *describe_failure(exc, self.connect_timeout_s, read_s))
                 if err.field in ("timeout", "deadline"):
@@ -189,13 +195,17 @@ class Adapter(ABC):
                         self.base_url, err.field, f"an earlier request to {url} failed: {err.message}"
                     )
                 raise err from None
-            if resp.status_code == 503 and attempt < self.retries:
-                wait = _retry_after(resp)
-                if wait is not None:
-                    time.sleep(min(max(wait, 0.0), 5.0))
-                    continue
-            return _decode(resp, url, expect_json)
-        raise AssertionError("unreachable")  # pragma: no cover
+            wait = _retry_after(resp) if resp.status_code == 503 else None
+            if wait is None:
+                return _decode(resp, url, expect_json)
+            # Overloaded, and the server said when to come back: back off while the deadline allows.
+            overloaded += 1
+            wait = max(wait, 0.0)
+            if time.monotonic() + wait >= ends:
+                raise AdapterError(url, "overloaded", f"HTTP 503 with Retry-After {overloaded} time(s); "
+                                   f"waiting {wait:g} s more would pass the request deadline ({deadline_s:g} s; "
+                                   f"--invariance-request-deadline raises it): {_error_text(resp)}")  # fmt: skip
+            time.sleep(wait)
 
     def post(self, path: str, body: Any) -> Any:
         """POST a JSON body, expect a JSON answer."""

@@ -17,7 +17,7 @@ from typing import Any
 from .argtypes import positive_int as _positive
 from .argtypes import positive_int_list as _positive_list
 from .argtypes import positive_seconds as _seconds
-from .server_limits import DEFAULT_MAX_N, DEFAULT_MAX_QUEUE, ServerLimits, uvicorn_config
+from .server_limits import DEFAULT_MAX_N, DEFAULT_MAX_QUEUE, ServerLimits, make_server, uvicorn_config
 
 
 class _ArgError(Exception):
@@ -106,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-alive-timeout", type=_seconds("--keep-alive-timeout"), default=5.0, metavar="S",
                    help="close an idle keep-alive connection after S (default 5)")
     p.add_argument("--max-connections", type=_positive("--max-connections"), default=None, metavar="N",
-                   help="open connections at most; at the cap the longest-idle one is closed for a new one "
-                   "(default: the file-descriptor limit minus 64, at most 4096)")  # fmt: skip
+                   help="open connections at most; at the cap the longest-idle one, else the newcomer, is "
+                   "answered 503 with Retry-After and closed (default: from the file-descriptor limit, "
+                   "at most 4096)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -190,7 +191,6 @@ def serve_main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, KeyError, json.JSONDecodeError) as e:
         print(f"pytest-invariance serve: error: {e}", file=sys.stderr)
         return 2
-    import uvicorn
 
     try:
         sock = listen_socket(args.host, args.port)
@@ -199,7 +199,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         print(f"pytest-invariance serve: error: cannot listen on {args.host}:{args.port}: {why}", file=sys.stderr)
         return 1
     limits = ServerLimits(args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections)
-    server = uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, limits))
+    server = make_server(uvicorn_config(app, args.host, args.port, args.log_level, limits))
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

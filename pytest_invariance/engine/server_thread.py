@@ -7,7 +7,7 @@ import time
 
 from fastapi import FastAPI
 
-from .server_limits import ServerLimits, uvicorn_config
+from .server_limits import ServerLimits, make_server, uvicorn_config
 
 
 class ServerThread:
@@ -25,9 +25,8 @@ class ServerThread:
         startup_timeout_s: float = 60.0,
         limits: ServerLimits | None = None,
     ):
-        import uvicorn
 
-        self._server = uvicorn.Server(uvicorn_config(app, host, port, "warning", limits))
+        self._server = make_server(uvicorn_config(app, host, port, "warning", limits))
         self._timeout = startup_timeout_s
         self._thread: threading.Thread | None = None
         self.base_url = ""

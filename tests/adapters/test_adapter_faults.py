@@ -29,7 +29,7 @@ MATRIX = {
     "drip": "deadline",
     "drip_headers": "deadline",
     "http500": "status",
-    "busy_forever": "status",  # 503 with Retry-After, retried, then given up
+    "busy_forever": "overloaded",  # 503 with Retry-After, retried until the deadline, then given up
     "busy_bare": "status",  # 503 without Retry-After: not retried
     "malformed": "body",
     "deep": "body",

@@ -56,13 +56,16 @@ def test_http_500_names_status_and_message():
         assert e.field == "status" and "HTTP 500" in str(e) and "boom" in str(e) and srv.requests == 1
 
 
-def test_503_with_retry_after_is_retried_a_bounded_number_of_times():
+def test_503_with_retry_after_is_retried_within_the_deadline_then_overloaded():
     with FakeServer("busy", busy_times=2) as srv:
-        out = make_adapter("vllm", srv.url, retries=3).generate(["x"], P)
+        out = make_adapter("vllm", srv.url, retries=0).generate(["x"], P)  # retries bound connects only
         assert out[0].token_ids == [7, 8, 9] and srv.requests == 3
-    with FakeServer("busy_forever") as srv:
-        e = _err(make_adapter("vllm", srv.url, retries=2))
-        assert "HTTP 503" in str(e) and srv.requests == 3
+    with FakeServer("busy_forever") as srv:  # Retry-After 20 ms, for ever
+        t0 = time.monotonic()
+        e = _err(make_adapter("vllm", srv.url, retries=0, deadline_s=0.6))
+        took = time.monotonic() - t0
+        assert e.field == "overloaded" and "HTTP 503 with Retry-After" in str(e), str(e)
+        assert srv.requests > 5 and 0.5 < took < 2, (srv.requests, took)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """The server cannot be tied up: slow heads and bodies are cut off, idle connections cannot lock
-valid requests out under a low descriptor limit, hostile JSON is a 400 before any generation, a
+valid requests out under a low descriptor limit (overload itself: test_engine_server_overload), hostile JSON is a 400 before any generation, a
 500 carries no exception text and announces the close, ``HEAD /health`` answers."""
 
 from __future__ import annotations
@@ -139,8 +139,8 @@ def test_idle_connections_beyond_the_fd_limit_do_not_lock_out_a_valid_request(tm
             took = time.monotonic() - t0
             assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 2, r.text[:200]
             assert took < 10, took
-            closed = sum(1 for s in idle if _closed(s))
-            assert closed >= IDLE - FD_LIMIT, closed  # the longest-idle ones made room
+            evicted = sum(1 for s in idle if _answered_503_or_closed(s))
+            assert evicted >= IDLE - FD_LIMIT, evicted  # the longest-idle ones made room
             assert proc.poll() is None
         finally:
             for s in idle:
@@ -149,14 +149,16 @@ def test_idle_connections_beyond_the_fd_limit_do_not_lock_out_a_valid_request(tm
     assert "Too many open files" not in out, out[-2000:]
 
 
-def _closed(s: socket.socket) -> bool:
+def _answered_503_or_closed(s: socket.socket) -> bool:
+    """An evicted idle connection is answered 503 (then closed); one the client could read."""
     s.setblocking(False)
     try:
-        return s.recv(1) == b""
+        got = s.recv(12)
     except BlockingIOError:
         return False
     except OSError:
         return True
+    return got == b"" or got.startswith(b"HTTP/1.1 503")
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/generate"])

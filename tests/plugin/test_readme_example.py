@@ -20,8 +20,8 @@ def _example() -> str:
 def test_readme_fixture_example_runs_as_pasted(pytester: pytest.Pytester) -> None:
     pytest.importorskip("torch")
     pytester.makepyfile(test_my_linear=_example())
-    # the example as pasted, on a shorter sweep (batch sizes to 17) to keep CI quick
-    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "--invariance-limit=17")
+    # the example as pasted, run as the README says (pytest test_my_linear.py --invariance-limit 17)
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "test_my_linear.py", "--invariance-limit", "17")
     result.assert_outcomes(passed=1)
 
 
