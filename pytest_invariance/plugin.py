@@ -100,8 +100,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "its API flavour (openai) does not")
     group.addoption("--invariance-target-version", dest="invariance_target_version", metavar="V", default=None,
                     help="the target's version for records, where the server reports none")
+    group.addoption("--invariance-target-mode", dest="invariance_target_mode", choices=("invariant", "default"),
+                    default=None, help="the --invariance-url target's mode for records, where the server reports "
+                    "none (invariant: it runs under pytest-invariance launch); the control is then default")
     for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "levels", "prompts", "evidence", "implementation",
-                "target_version"):
+                "target_version", "target_mode"):
         parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)
     parser.addini("invariance_url", "default --invariance-url", default=None)
     parser.addini("invariance_request_timeout", "default --invariance-request-timeout (seconds)", default=None)

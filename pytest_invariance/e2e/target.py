@@ -92,7 +92,7 @@ INFO_KEYS = (
     "gemm_strategy", "splitk_max_m", "split_kv_min_tokens", "batch_mechanisms",
     "served_model_name", "model_path", "quantization", "max_model_len", "enforce_eager", "kv_cache_dtype",
     "enable_chunked_prefill", "cudagraph_mode", "compilation_mode", "cuda_graph", "max_running_requests",
-    "max_prefill_tokens", "owned_by", "implementation", "version_source",
+    "max_prefill_tokens", "owned_by", "implementation", "version_source", "mode_source",
 )  # fmt: skip
 
 

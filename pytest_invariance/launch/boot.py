@@ -43,16 +43,26 @@ def _activate():
 
 
 class _AfterTorch(importlib.abc.MetaPathFinder):
+    """Wraps the loader of whichever torch spec gets executed (``importlib.util.find_spec("torch")``,
+    as ``transformers`` calls it to ask whether torch exists, finds a spec without loading it)."""
+
+    searching = False
+
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != "torch" or self.searching:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        self.searching = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.searching = False
         if spec is not None and spec.loader is not None:
             execute = spec.loader.exec_module
 
             def exec_module(module):
                 execute(module)
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
                 _activate()
 
             spec.loader.exec_module = exec_module

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 EXIT_USAGE = 2
@@ -71,15 +72,20 @@ def _wait(proc: subprocess.Popen) -> int:
             proc.send_signal(signum)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    deadline = None
     try:
-        while True:
+        while True:  # short waits: a signal handler cannot cut a blocking wait short (PEP 475)
             try:
-                rc = proc.wait(timeout=GRACE_S if forwarded else None)
+                rc = proc.wait(timeout=0.5)
                 break
             except subprocess.TimeoutExpired:
-                print(f"pytest-invariance launch: pid {proc.pid} still running {GRACE_S:.0f} s after "
-                      "SIGTERM; killing it", file=sys.stderr)  # fmt: skip
-                proc.kill()
+                if forwarded and deadline is None:
+                    deadline = time.monotonic() + GRACE_S
+                if deadline is not None and time.monotonic() > deadline:
+                    print(f"pytest-invariance launch: pid {proc.pid} still running {GRACE_S:.0f} s after "
+                          f"signal {forwarded[0]}; killing it", file=sys.stderr)  # fmt: skip
+                    proc.kill()
+                    deadline = float("inf")
     finally:
         for s, h in old.items():
             signal.signal(s, h)
