@@ -29,8 +29,13 @@ trap stop_all EXIT
 VERSION=$("$VENV/bin/python" -c "import vllm; print(vllm.__version__)" 2>/dev/null) || skip "'import vllm' fails in $VENV"
 "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >"$WORK/install-plugin.log" 2>&1 \
   || skip "pip install --no-deps -e . into $VENV failed: $(tail -1 "$WORK/install-plugin.log")"
-"$VENV/bin/python" -c "from importlib.metadata import entry_points as e; assert any(p.value.startswith('pytest_invariance') for p in e(group='vllm.general_plugins'))" \
-  || skip "the vllm.general_plugins entry point is not visible in $VENV"
+# vLLM runs from this folder, so a stale pytest_invariance.egg-info here (an older editable install)
+# would shadow the installed metadata and hide the entry point: refresh it first.
+has_plugin() {
+  "$VENV/bin/python" -c "from importlib.metadata import entry_points as e; assert any(p.value.startswith('pytest_invariance') for p in e(group='vllm.general_plugins'))" 2>/dev/null
+}
+has_plugin || "$VENV/bin/python" -c "import setuptools; setuptools.setup()" -q egg_info >>"$WORK/install-plugin.log" 2>&1
+has_plugin || skip "the vllm.general_plugins entry point is not visible in $VENV"
 
 serve() {  # serve PORT LOG [command prefix ...]: the same flags as scripts/vllm_cpu.sh
   local port=$1 log=$2; shift 2

@@ -35,7 +35,7 @@ class _State:
 
 
 _state: _State | None = None
-_flush_lock = threading.Lock()
+_flush_lock = threading.RLock()  # a SIGTERM may arrive while this thread flushes at exit
 _set_handler = signal.signal  # the unwrapped one (``_flush_on_sigterm`` wraps signal.signal)
 
 
@@ -57,7 +57,10 @@ def flush(reason: str) -> None:
     from .census_file import parts_dir
 
     with _flush_lock:
-        recorder.write_part(parts_dir(st.census) / f"{os.getpid()}.json", st.started, reason)
+        try:
+            recorder.write_part(parts_dir(st.census) / f"{os.getpid()}.json", st.started, reason)
+        except OSError as exc:  # a full disk or a removed folder must not take the engine down
+            print(f"pytest-invariance launch: pid {os.getpid()}: census not written ({reason}): {exc}", file=sys.stderr)
 
 
 def _periodic(every: float) -> None:
