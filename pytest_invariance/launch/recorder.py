@@ -45,8 +45,11 @@ class CensusMode(TorchDispatchMode):
         out = func(*args, **kwargs)
         declined = mode.declined() if routed_name(name) is not None else False
         ts = tensors((args, {k: v for k, v in kwargs.items() if k != "out"}))
+        shapes = tuple(tuple(t.shape) for t in ts)
+        if any(type(d) is not int for sh in shapes for d in sh):
+            return out  # symbolic sizes: torch.compile tracing (fake tensors), not a call the engine ran
         key = (name, status_of(name, args, kwargs, declined), ts[0].device.type if ts else "-",
-               tuple(tuple(t.shape) for t in ts), tuple(str(t.dtype).removeprefix("torch.") for t in ts))  # fmt: skip
+               shapes, tuple(str(t.dtype).removeprefix("torch.") for t in ts))  # fmt: skip
         now = time.time()
         seen = self.table.get(key)
         if seen is None:
