@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from pytest_invariance.cli import main
 from pytest_invariance.launch import census_file
 from pytest_invariance.launch.classify import (
