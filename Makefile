@@ -12,7 +12,7 @@ REPORT_DIR ?= reports/demo
 
 SGLANG_OUT ?= reports/_scratch/sglang-driver
 
-.PHONY: demo test lint venv clean-venv e2e-vllm e2e-transformers sglang-driver
+.PHONY: demo test lint venv clean-venv e2e-vllm e2e-transformers e2e-transformers-launch sglang-driver
 
 venv: $(STAMP)
 
@@ -46,6 +46,10 @@ e2e-vllm: $(STAMP)
 # `transformers serve --continuous-batching` in text mode, on the venv and model e2e-vllm made.
 e2e-transformers: $(STAMP)
 	bash scripts/transformers_serve.sh
+
+# The same server under `pytest-invariance launch` (reference kernels + op census), plain as control.
+e2e-transformers-launch: $(STAMP)
+	bash scripts/transformers_launch.sh
 
 # SGLang's own determinism driver (from the sglang wheel on PyPI, fetched to a temp dir, never kept)
 # against the bundled engine in both modes; a wheel that cannot be fetched is a loud skip.

@@ -1,4 +1,5 @@
-"""``pytest-invariance``: render the matrix, compare with a committed one, serve the bundled engine.
+"""``pytest-invariance``: render the matrix, compare with a committed one, serve the bundled engine,
+launch any engine under the reference kernels and print its op census.
 
 Kept light: importing this module imports neither torch nor pandas; each
 subcommand imports what it needs when it runs. Every user error is one line
@@ -58,6 +59,15 @@ def _build_parser() -> _Parser:
     from .localize.command import add_arguments
 
     add_arguments(loc)
+
+    la = sub.add_parser("launch", help="run an engine command under the reference kernels, optionally with an op census")
+    from .launch.command import add_arguments as add_launch_arguments
+
+    add_launch_arguments(la)
+    ce = sub.add_parser("census", help="print a launch census as a matrix: per op, calls, shapes, routed or not")
+    from .launch.report import add_arguments as add_census_arguments
+
+    add_census_arguments(ce)
 
     sub.add_parser(
         "serve",
@@ -153,6 +163,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return e.code if isinstance(e.code, int) else EXIT_USAGE
         if args.command == "matrix":
             return _cmd_matrix(args)
+        if args.command == "launch":
+            from .launch.command import run as launch_run
+
+            return launch_run(args)
+        if args.command == "census":
+            from .launch.report import main as census_main
+
+            return census_main(args)
         if args.command == "localize":
             from .localize.command import main as localize_main
 

@@ -103,8 +103,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--invariance-gpus", dest="invariance_gpus", metavar="I,J,...", default=None,
                     help="GPU indices the xdist workers spread over (worker i takes entry i mod length; "
                     "default: every visible GPU, worker i on GPU i mod count)")
+    group.addoption("--invariance-target-mode", dest="invariance_target_mode", choices=("invariant", "default"),
+                    default=None, help="the --invariance-url target's mode for records, where the server reports "
+                    "none (invariant: it runs under pytest-invariance launch); the control is then default")
     for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "levels", "prompts", "evidence", "implementation",
-                "target_version", "gpus"):
+                "target_version", "gpus", "target_mode"):
         parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)
     parser.addini("invariance_url", "default --invariance-url", default=None)
     parser.addini("invariance_request_timeout", "default --invariance-request-timeout (seconds)", default=None)

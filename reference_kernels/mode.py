@@ -9,9 +9,11 @@ and CUDA tensors, so stock code (``F.linear``, ``torch.mm``, ``F.rms_norm``,
 ``x.pow(2).mean(-1)``, ``log_softmax``, ``F.scaled_dot_product_attention``)
 becomes batch-invariant without edits. SDPA cases the reference does not cover
 (``attention.sdpa``: dropout, non-prefix masks, additive biases) run stock.
-Not routed at all: ``softmax`` (``aten::_softmax``), elementwise ops (CPU
-``exp``/``sigmoid``/``silu`` take SIMD and scalar-tail paths), and direct calls
-of the flash / efficient / cuDNN SDPA ops; the op census lists them per model.
+On CPU the element-wise transcendental ops of ``lanewise.LANEWISE_OPS`` (``silu``,
+``sigmoid``, ``exp``, ``rsqrt``, ``cos``, ...) run with every element on ATen's SIMD
+path, where the scalar tail loop would round some differently depending on the
+tensor's size. Not routed at all: ``softmax`` (``aten::_softmax``) and direct
+calls of the flash / efficient / cuDNN SDPA ops; the op census lists them per model.
 
 How: a ``torch.library.Library("aten", "IMPL")`` registers our kernels on the
 ``CPU`` and ``CUDA`` dispatch keys, replacing the stock ones; destroying the
@@ -42,6 +44,8 @@ from typing import Any
 
 import torch
 
+from .lanewise import LANEWISE_OPS
+
 # aten op (with overload) -> name of our implementation below
 ROUTED_OPS: tuple[str, ...] = (
     "mm", "addmm", "bmm", "_log_softmax", "mean.dim", "rms_norm", "scaled_dot_product_attention",
@@ -50,6 +54,7 @@ ROUTED_OPS: tuple[str, ...] = (
 DISPATCH_KEYS: tuple[str, ...] = ("CPU", "CUDA")
 # Ops with a kernel on one backend only (torch's int4 weight-only GEMMs).
 OP_KEYS: dict[str, tuple[str, ...]] = {"_weight_int4pack_mm": ("CUDA",), "_weight_int4pack_mm_for_cpu": ("CPU",)}
+CPU_ONLY_OPS: tuple[str, ...] = tuple(LANEWISE_OPS)  # routed on CPU only (see lanewise)
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 _lock = threading.RLock()
@@ -158,6 +163,25 @@ _IMPLS: dict[str, Callable[..., torch.Tensor | None]] = {
 }
 
 
+def _lanewise(op: str) -> Callable[..., torch.Tensor | None]:
+    def impl(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor | None:
+        from .lanewise import lanewise
+
+        return None if args else lanewise(op, x, **kwargs)
+
+    return impl
+
+
+_IMPLS.update({op: _lanewise(op) for op in CPU_ONLY_OPS})
+
+
+def declined() -> bool:
+    """Whether the last routed op called on this thread ran the stock kernel after all (the
+    reference does not cover that call: integer dtypes, an SDPA mask it does not take): the
+    launch census reads it to tell a reference call from a declined one."""
+    return getattr(_tls, "declined", False)
+
+
 def _routed(op: str, key: str) -> Callable[..., torch.Tensor]:
     """Our kernel for ``op`` on ``key``: the reference impl, or the stock kernel where it does not apply."""
     stock = torch.library.get_kernel(f"aten::{op}", key)
@@ -170,6 +194,7 @@ def _routed(op: str, key: str) -> Callable[..., torch.Tensor]:
                 out = impl(*args, **kwargs)
             finally:
                 _tls.inside = False
+            _tls.declined = out is None
             if out is not None:
                 return out
         return stock.call_boxed(keyset, *args, **kwargs)
@@ -189,6 +214,8 @@ def _install() -> Any:
                 except RuntimeError:  # this build has no stock kernel there (a CPU-only torch and CUDA ops)
                     continue
                 lib.impl(op, kernel, key, with_keyset=True)
+        for op in CPU_ONLY_OPS:
+            lib.impl(op, _routed(op, "CPU"), "CPU", with_keyset=True)
     return lib
 
 

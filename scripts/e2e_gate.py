@@ -8,7 +8,7 @@ talking to the engine), a record missing the target's identity (model, dtype, ve
 ``divergent`` verdict at all on an engine known to be batch-variant here.
 
     python scripts/e2e_gate.py check RUN.jsonl --implementation vllm --pytest-rc N [--append-to F]
-        [--require model,dtype,version] [--no-need-divergent]
+        [--require model,dtype,version] [--no-need-divergent] [--need-invariant]
     python scripts/e2e_gate.py unsupported --implementation vllm --mode invariant --reason TEXT
         --append-to F [--version V] [--model M] [--dtype D]
 """
@@ -32,7 +32,8 @@ def _identity(rec: dict, required: tuple[str, ...]) -> list[str]:
 
 
 def check(path: str, implementation: str, pytest_rc: int, need_divergent: bool = True,
-          required: tuple[str, ...] = ("model", "dtype", "version")) -> tuple[int, list[dict]]:  # fmt: skip
+          required: tuple[str, ...] = ("model", "dtype", "version"),
+          need_invariant: bool = False) -> tuple[int, list[dict]]:  # fmt: skip
     """(exit code, the run's records): prints one line per record and one line per problem."""
     try:
         recs, problems = read_records(path)
@@ -57,6 +58,8 @@ def check(path: str, implementation: str, pytest_rc: int, need_divergent: bool =
     print(f"e2e_gate: {implementation}: " + ", ".join(f"{v} {n}" for v, n in sorted(counts.items())))
     if need_divergent and ours and not counts.get("divergent"):
         bad.append(f"no divergent verdict on {implementation}, which is batch-variant here")
+    if need_invariant and ours and not counts.get("invariant"):
+        bad.append(f"no invariant verdict on {implementation}, which runs under the reference kernels here")
     for line in bad:
         print(f"e2e_gate: FAIL: {line}", file=sys.stderr)
     return (1 if bad else 0), ours
@@ -83,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--pytest-rc", type=int, required=True)
     c.add_argument("--append-to")
     c.add_argument("--no-need-divergent", action="store_true")
+    c.add_argument("--need-invariant", action="store_true", help="fail unless some record is invariant")
     c.add_argument("--require", default="model,dtype,version", help="identity fields every record must carry")
     u = sub.add_parser("unsupported")
     for name in ("--implementation", "--mode", "--reason", "--append-to"):
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"e2e_gate: recorded {a.implementation} [{a.mode}] unsupported: {a.reason}")
         return 0
     required = tuple(x for x in a.require.split(",") if x)
-    rc, ours = check(a.records, a.implementation, a.pytest_rc, not a.no_need_divergent, required)
+    rc, ours = check(a.records, a.implementation, a.pytest_rc, not a.no_need_divergent, required, a.need_invariant)
     if a.append_to and ours:
         n = append_records(a.append_to, ours)
         print(f"e2e_gate: appended {n} records to {a.append_to}")

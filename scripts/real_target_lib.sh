@@ -1,4 +1,4 @@
-# Shared by the real-engine e2e scripts (vllm_cpu.sh, transformers_serve.sh): messages, a loud
+# Shared by the real-engine e2e scripts (vllm_cpu.sh, transformers_serve.sh, *_launch.sh): messages, a loud
 # skip, bounded health waits and stopping the servers this script started (by pid, nothing else).
 PIDS=()
 say() { echo "${TAG:-e2e}: $*"; }
@@ -23,4 +23,15 @@ wait_healthy() {
     left=$((left - 2))
   done
   return 1
+}
+# transformers_ready: the venv and tiny model scripts/vllm_cpu.sh made, accelerate in it (serve needs
+# it to load a model); sets VERSION to transformers' version; a loud skip when something is missing.
+transformers_ready() {
+  [ -x "$HPY" ] || { echo "${TAG:-e2e}: $HPY missing (run make venv first)" >&2; exit 1; }
+  [ -x "$VENV/bin/transformers" ] || skip "$VENV/bin/transformers missing (scripts/vllm_cpu.sh makes the venv)"
+  [ -f "$MODEL/config.json" ] || skip "$MODEL missing (scripts/vllm_cpu.sh makes it)"
+  "$VENV/bin/python" -c "import accelerate" 2>/dev/null || timeout 300 "$VENV/bin/pip" install -q accelerate \
+    >"$WORK/install-accelerate.log" 2>&1 || skip "pip install accelerate failed: $(tail -1 "$WORK/install-accelerate.log")"
+  VERSION=$("$VENV/bin/python" -c "import transformers; print(transformers.__version__)")
+  say "transformers $VERSION"
 }

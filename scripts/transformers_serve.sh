@@ -21,13 +21,7 @@ TAG=transformers_serve
 source scripts/real_target_lib.sh
 trap stop_all EXIT
 
-[ -x "$HPY" ] || { echo "$TAG: $HPY missing (run make venv first)" >&2; exit 1; }
-[ -x "$VENV/bin/transformers" ] || skip "$VENV/bin/transformers missing (scripts/vllm_cpu.sh makes the venv)"
-[ -f "$MODEL/config.json" ] || skip "$MODEL missing (scripts/vllm_cpu.sh makes it)"
-"$VENV/bin/python" -c "import accelerate" 2>/dev/null || timeout 300 "$VENV/bin/pip" install -q accelerate \
-  >"$WORK/install-accelerate.log" 2>&1 || skip "pip install accelerate failed: $(tail -1 "$WORK/install-accelerate.log")"
-VERSION=$("$VENV/bin/python" -c "import transformers; print(transformers.__version__)")
-say "transformers $VERSION"
+transformers_ready
 
 # Continuous batching with a small KV cache: with its defaults it was OOM-killed at 6.8 GB.
 "$VENV/bin/transformers" serve --continuous-batching --cb-num-blocks 128 --cb-block-size 32 \

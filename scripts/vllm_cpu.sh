@@ -122,6 +122,7 @@ else
     --version "$VERSION" --model tiny-llama --dtype bfloat16 \
     --reason "VLLM_BATCH_INVARIANT=1 on the CPU build: the server died at warm-up (${why:-no error line}${where:+ at $where}); without a GPU vLLM runs on its Triton placeholder, so the batch-invariant Triton kernels cannot launch"
 fi
+bash scripts/vllm_launch.sh "$URL" || gate=1  # vLLM under pytest-invariance launch, this server as its control (issue 30)
 stop_all
 say "done in $(( $(date +%s) - START )) s (records: $RECORDS; logs: $WORK/)"
 exit "$gate"

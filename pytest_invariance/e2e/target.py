@@ -92,7 +92,7 @@ INFO_KEYS = (
     "gemm_strategy", "splitk_max_m", "split_kv_min_tokens", "batch_mechanisms",
     "served_model_name", "model_path", "quantization", "max_model_len", "enforce_eager", "kv_cache_dtype",
     "enable_chunked_prefill", "cudagraph_mode", "compilation_mode", "cuda_graph", "max_running_requests",
-    "max_prefill_tokens", "owned_by", "implementation", "version_source",
+    "max_prefill_tokens", "owned_by", "implementation", "version_source", "mode_source",
 )  # fmt: skip
 
 
@@ -143,9 +143,11 @@ class Target:
 
 
 def engine_identity(t: Target) -> tuple:
-    """What must match for a control to speak for the target: adapter flavour and served model."""
+    """What must match for a control to speak for the target: adapter flavour and served model
+    (named by the answers where ``/v1/models`` fails, as on ``transformers serve``: a control
+    connected before its first answer would otherwise differ from its target by a None)."""
     info = t.info or {}
-    return (t.engine, info.get("model") or info.get("served_model_name"))
+    return (t.engine, info.get("model") or info.get("served_model_name") or getattr(t.adapter, "answered_model", None))
 
 
 def dispatch_shape(t: Target) -> dict:

@@ -120,16 +120,21 @@ def _connect(config: pytest.Config, url: str, engine: str, role: str, expected: 
 
 
 def _name_target(config: pytest.Config, t: Target) -> None:
-    """``--invariance-implementation`` / ``--invariance-target-version``: identity the server does
-    not report (a plain OpenAI server says neither what it is nor which version), marked as given."""
+    """``--invariance-implementation`` / ``--invariance-target-version`` / ``--invariance-target-mode``:
+    identity the server does not report (a plain OpenAI server says neither what it is, nor which
+    version, nor that ``pytest-invariance launch`` runs it under the reference kernels), marked as given."""
     name, version = option(config, "invariance_implementation"), option(config, "invariance_target_version")
+    mode = option(config, "invariance_target_mode")
     info = dict(t.info or {})
     if name:
         info["implementation"] = name
     if version and not info.get("version"):
         info.update(version=version, version_source="--invariance-target-version")
-    if name or version:
+    if mode and info.get("mode") is None:
+        info.update(mode=mode if t.role == "target" else "default", mode_source="--invariance-target-mode")
+    if name or version or mode:
         t.info = info
+        t.mode = t.adapter.mode(info)
 
 
 def _start(

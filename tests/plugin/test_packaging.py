@@ -61,6 +61,7 @@ def test_entry_points(wheel: zipfile.ZipFile) -> None:
     text = wheel.read(ep).decode()
     assert "[pytest11]\ninvariance = pytest_invariance.plugin" in text
     assert "pytest-invariance = pytest_invariance.cli:main" in text
+    assert "[vllm.general_plugins]\ninvariance = pytest_invariance.launch.hook:vllm_plugin" in text
 
 
 def test_a_checkout_without_an_install_imports_the_mapped_subpackages() -> None:

@@ -24,3 +24,14 @@ def test_control_on_another_engine_or_model_is_foreign() -> None:
     assert not same["foreign"] and "note" not in same
     assert control_record(_target("vllm", "llama"), _target("sglang", "llama", "control"), out)["foreign"]
     assert control_record(_target("openai", "llama"), _target("openai", "qwen", "control"), out)["foreign"]
+
+
+def test_a_control_whose_server_names_its_model_only_in_answers_is_not_foreign() -> None:
+    """transformers serve fails /v1/models: the control's info has no model until it answered."""
+    out = Outcome(True, {"unique": [1, 2]}, "2 unique", {})
+    control = _target("openai", "", "control")
+    control.info = {}
+    control.adapter.answered_model = "tiny@main"
+    assert not control_record(_target("openai", "tiny@main"), control, out)["foreign"]
+    control.adapter.answered_model = "other@main"
+    assert control_record(_target("openai", "tiny@main"), control, out)["foreign"]
