@@ -35,7 +35,9 @@ for fused, stages in ((False, 3), (True, 2), (True, 3), (True, 4)):
 
 def test_decode_kernel_fits_sm90_shared_memory_with_and_without_fused_merge() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     figures = [line for line in proc.stdout.splitlines() if "shared=" in line]
     print("\n".join(figures))
