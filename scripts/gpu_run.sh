@@ -31,15 +31,31 @@ WORKERS=${WORKERS:-3}
 XD=()
 [ "$WORKERS" -gt 1 ] && XD=(-n "$WORKERS")
 
+progress() {  # log command...: "K of N tests" for a pytest phase stopped at its limit
+  # -q prints no percentage until a progress line fills, so count the outcome characters of the
+  # progress lines, and take N from a collection (-n dropped: collected in this process, bounded).
+  local log=$1; shift
+  local args=() skip=0 a
+  for a in "$@"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    if [ "$a" = "-n" ]; then skip=1; continue; fi
+    args+=("$a")
+  done
+  local ran total
+  ran=$(grep -E '^[.FEsxX]+( *\[ *[0-9]+%\])?$' "$log" | sed 's/\[.*//' | tr -cd '.FEsxX' | wc -c)
+  total=$(timeout 120 "${args[@]}" --collect-only 2>/dev/null | grep -c '::')
+  echo "$ran of $total tests"
+}
+
 phase() {  # name limit_s command...
   local name=$1 limit=$2; shift 2
   local t0; t0=$(date +%s)
   ( cd "$PWD" && OUT="$WORK" timeout "$limit" "$@" ) >"$WORK/$name.log" 2>&1
   local rc=$?
-  # A pytest phase stopped at its limit says how far it got (its last "[ NN%]"): with the elapsed
+  # A pytest phase stopped at its limit says how far it got (K of N tests): with the elapsed
   # seconds that bounds the whole phase's cost (the full profile's per-family wall time).
   local done=""
-  [ "$rc" = 124 ] && done="stopped at $(grep -o '\[ *[0-9]*%\]' "$WORK/$name.log" | tail -1 | tr -d '[] ') of its tests; "
+  [ "$rc" = 124 ] && [ "${2:-}" = "-m" ] && [ "${3:-}" = pytest ] && done="stopped at $(progress "$WORK/$name.log" "$@"); "
   printf '%-16s rc=%-4s %5ss  %s%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$done" "$(tail -1 "$WORK/$name.log" | cut -c1-90)" >>"$SUMMARY"
 }
 

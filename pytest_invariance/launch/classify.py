@@ -23,6 +23,7 @@ ROUTE_TARGETS: dict[str, tuple[str, str]] = {
     "_log_softmax": ("softmax", "rowops.log_softmax"), "mean.dim": ("mean", "rowops.mean"),
     "rms_norm": ("rmsnorm", "rowops.rms_norm"),
     "scaled_dot_product_attention": ("attention-prefill", "attention.sdpa"),
+    **{op: ("int4-gemm", "int4.int4pack_mm") for op in ("_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu")},
     **{op: ("elementwise", "lanewise") for op in
        ("silu", "sigmoid", "exp", "log", "tanh", "cos", "sin", "rsqrt", "erf", "gelu")},
 }  # fmt: skip

@@ -310,6 +310,7 @@ def _attn_kernel(
     FUSED_MERGE: tl.constexpr = False,
     MERGE_STAGES: tl.constexpr = 8,
     TMA: tl.constexpr = False,
+    MERGE_ROWS: tl.constexpr = 1,
 ):
     tile = tl.program_id(0)
     head_kv = tl.program_id(1)
@@ -352,8 +353,18 @@ def _attn_kernel(
             tl.store(Lp + pidx, lj, mask=row_ok)
             tl.store(Op + pidx[:, None] * D + offs_d[None, :], oj, mask=row_ok[:, None] & d_mask[None, :])
             if FUSED_MERGE:
+                # A decode tile's live rows are its one token's G heads; the fold is per row, so the
+                # merge takes a MERGE_ROWS-row tile of them. Its pipelined partial loads then fit in
+                # shared memory: on the whole 64 x 128 tile, 8 stages needed 234,752 B (H200: 232,448).
+                r = tl.arange(0, MERGE_ROWS)
+                m_tok = tok0 + r // G
+                m_head = head_kv * G + r % G
+                m_ok = m_tok < nq
+                m_pidx0 = ((q0 + m_tok).to(tl.int64) * H_Q + m_head) * stride_ps
+                m_optrs = (Out + (q0 + m_tok).to(tl.int64)[:, None] * stride_qt + m_head[:, None] * stride_qh
+                           + offs_d[None, :])  # fmt: skip
                 n_splits = tl.cdiv(tile_limit, SPLIT)
-                _merge_if_last(Out, Mp, Lp, Op, Count, seq, head_kv, n_splits, pidx0, o_ptrs, row_ok, offs_d,
+                _merge_if_last(Out, Mp, Lp, Op, Count, seq, head_kv, n_splits, m_pidx0, m_optrs, m_ok, offs_d,
                                d_mask, D, MERGE_STAGES)  # fmt: skip
         if FUSED_MERGE:
             if tile_limit == 0 and sp == 0:  # no key at all: nothing to merge, the output is zero
@@ -623,7 +634,8 @@ def decode_paged_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale=Non
         q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), bt.stride(0), max_splits, hq, d, split_size),
         {"G": g, "BLOCK_M": t.block_m, "BLOCK_N": blk_n, "BLOCK_D": block_d, "CAUSAL": True,
          "PAGED": True, "PAGE": page, "DECODE": True, "IEEE": q.dtype == torch.float32,
-         "EVEN_D": block_d == d, "FUSED_MERGE": t.fused_merge, "MERGE_STAGES": MERGE_STAGES}, opts)  # fmt: skip
+         "EVEN_D": block_d == d, "FUSED_MERGE": t.fused_merge, "MERGE_STAGES": MERGE_STAGES,
+         "MERGE_ROWS": _next_pow2(g)}, opts)  # fmt: skip
     if not t.fused_merge:
         _launch(_merge_kernel, key, (b, hq), (
             out, mp, lp, op, lens, q.stride(0), q.stride(1), max_splits, hq, d, split_size),
