@@ -311,14 +311,18 @@ def _seeded(run: Callable, seed: int) -> Callable:
 
 
 def _nondeterministic(run: _OracleRun, fn: Callable, rows: Any, trial: int, result: Any) -> bool:
-    """Run-to-run on the largest batch first; once seen, the batch oracles are not run at all (and
-    the trials after it are not counted: failures/N then speaks of the trials that ran)."""
+    """Run-to-run on the largest batch first; once seen, the batch oracles are not run at all (the
+    trial that saw it counts as a failed trial, the trials after it are not counted: failures/N
+    then speaks of the trials that ran)."""
     from pytest_invariance.oracles import batch as B
 
     if result.nondeterministic:
         return True
     n = min(max(run.batch_sizes), rows.shape[0])
-    return B.nondeterminism_precheck(fn, rows, n, contract=run.contract, trial=trial, result=result)
+    if not B.nondeterminism_precheck(fn, rows, n, contract=run.contract, trial=trial, result=result):
+        return False
+    result.trials += 1  # the trial that saw it ran and failed: counted, so failures never exceed trials
+    return True
 
 
 def _batch_size(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:
