@@ -62,6 +62,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--invariance-dispatch", dest="invariance_dispatch", choices=("list", "independent"),
                     default=None, help="how e2e sweeps send a batch: list (one request carrying every prompt, "
                     "the default) or independent (one connection per request, staggered arrivals)")
+    group.addoption("--invariance-power", dest="invariance_power", nargs="?", const="on", default=None,
+                    choices=("auto", "on", "off"), help="power of this configuration over the shipped zoo of "
+                    "planted bugs: auto (default: cached, the per-op zoo measured once on a miss), on (bare "
+                    "flag: also the e2e zoo where e2e suites ran, and the per-class table), off")
     group.addoption("--invariance-seed", dest="invariance_seed", metavar="N", type=int, default=None,
                     help="base seed of the input generators (default 0)")
     group.addoption("--invariance-expect", dest="invariance_expect", metavar="MATRIX.json", default=None,
@@ -117,6 +121,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("invariance_expect", "default --invariance-expect", default=None)
     parser.addini("invariance_dispatch", "default --invariance-dispatch (list or independent)", default=None)
     parser.addini("invariance_seed", "default --invariance-seed (an integer)", default=None)
+    parser.addini("invariance_power", "default --invariance-power (auto, on or off)", default=None)
 
 
 def option(config: pytest.Config, name: str) -> Any:
@@ -213,6 +218,7 @@ class InvarianceSession:
         self.records_path = option(config, "invariance_records")
         self.report_dir = option(config, "invariance_report")
         self.expect_path = option(config, "invariance_expect")
+        self.power = None if self.is_worker else _power_session(config, self.settings)
         self.records: list[dict] = []
         self.regressions: list[str] = []
         self.rendered: dict = {}
@@ -249,6 +255,9 @@ class InvarianceSession:
         records = getattr(report, RECORDS_ATTR, None)
         if self.is_worker or not records:
             return
+        if self.power is not None:
+            for rec in records:  # before the JSONL append: a record carries the power it was reached with
+                self.power.attach(rec)
         self.records.extend(records)
         if self.records_path and not self.write_failed:
             from pytest_invariance.recordio import append_records
@@ -290,6 +299,8 @@ class InvarianceSession:
         terminalreporter.write_sep("=", "invariance summary")
         for line in summary_lines(self.records):
             terminalreporter.write_line(line)
+        for line in self.power.lines(self.records) if self.power is not None else ():
+            terminalreporter.write_line(line)
         if self.records_path and not self.write_failed:
             terminalreporter.write_line(f"records appended to {self.records_path}")
         for problem in self.problems:
@@ -298,6 +309,27 @@ class InvarianceSession:
             terminalreporter.write_line(f"matrix: {path}")
         for reg in self.regressions:
             terminalreporter.write_line(f"REGRESSION: {reg}", red=True)
+
+
+def _power_session(config: pytest.Config, settings: Any) -> Any:
+    """The controller's power state: the session's configuration as the zoo sees it, and the mode
+    (``--invariance-power``, else ini ``invariance_power``, else ``$PYTEST_INVARIANCE_POWER``, else auto)."""
+    from pytest_invariance.power.config import PowerConfig
+    from pytest_invariance.power.session import MODES, PowerSession
+
+    mode = option(config, "invariance_power") or os.environ.get("PYTEST_INVARIANCE_POWER") or "auto"
+    if mode not in MODES:
+        raise pytest.UsageError(f"invariance_power: expected one of {', '.join(MODES)}, got {mode!r}")
+    levels = option(config, "invariance_levels")
+    try:
+        levels = tuple(int(x) for x in str(levels).replace(" ", "").split(",") if x) if levels else None
+    except ValueError:
+        levels = None  # the e2e suites refuse it with their own usage error
+    cfg = PowerConfig(profile=settings.profile, trials=settings.trials, limit=settings.limit, seed=settings.seed,
+                      repeats=settings.repeats, levels=levels, dispatch=option(config, "invariance_dispatch") or "list")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    say = (lambda line: reporter.write_line(line)) if reporter is not None else None
+    return PowerSession(cfg, mode, progress=say)
 
 
 _SESSION = pytest.StashKey[InvarianceSession]()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-K = 32  # reduction length of every planted dot product
+K = 16  # reduction length of every planted dot product
 H = 8  # outputs per row: several dots, so a reassociation shows in some element of nearly every row
 WEIGHT_SEED = 7_919
 
@@ -26,21 +26,19 @@ def weights() -> torch.Tensor:
     return wide_spread((H, K), WEIGHT_SEED)
 
 
-def products(rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``rows[N, K] x w[H, K]`` elementwise, laid out ``[K, N, H]`` so that each term of the sum
-    is one contiguous slice; exact per element on every host."""
-    return (rows.t()[:, :, None] * w.t()[:, None, :]).contiguous()
-
-
-def segmented_sum(p: torch.Tensor, cuts: Sequence[int] = ()) -> torch.Tensor:
-    """Sum ``p[K, ...]`` over its first dim left to right within segments cut at ``cuts``, then
-    the segments' partials left to right. ``cuts=()`` is the plain left-to-right sum."""
-    bounds = [0, *sorted(c for c in cuts if 0 < c < p.shape[0]), p.shape[0]]
+def segmented_dot(rows: torch.Tensor, w: torch.Tensor, cuts: Sequence[int] = ()) -> torch.Tensor:
+    """``[N, H]`` dots of ``rows[N, K]`` with ``w[H, K]``: the products ``rows[:, k] * w[:, k]``
+    summed left to right within segments cut at ``cuts``, then the segments' partials left to
+    right. ``cuts=()`` is the plain left-to-right sum. Products are formed first and added after
+    (never a fused multiply-add), so each term is exact per element."""
+    k_len = rows.shape[1]
+    p = rows[:, :, None] * w.t()[None, :, :]  # [N, K, H]: every product, exact per element
+    bounds = [0, *sorted(c for c in cuts if 0 < c < k_len), k_len]
     total = None
-    for a, b in zip(bounds, bounds[1:]):
-        acc = p[a].clone()
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        acc = p[:, a].clone()
         for k in range(a + 1, b):
-            acc += p[k]
+            acc += p[:, k]
         if total is None:
             total = acc
         else:
@@ -58,22 +56,21 @@ def even_cuts(splits: int, k: int = K) -> tuple[int, ...]:
 def dot_rows(rows: torch.Tensor, w: torch.Tensor, cuts_of_row: Sequence[tuple[int, ...]]) -> torch.Tensor:
     """``[N, H]`` dots where row ``i`` is reduced with ``cuts_of_row[i]``; rows sharing cuts are
     reduced together (one pass per distinct cut pattern)."""
-    p = products(rows, w)
-    out = torch.empty(p.shape[1:], dtype=p.dtype)
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, cuts in enumerate(cuts_of_row):
         groups.setdefault(tuple(cuts), []).append(i)
+    if len(groups) == 1:
+        return segmented_dot(rows, w, next(iter(groups)))
+    out = torch.empty((rows.shape[0], w.shape[0]), dtype=rows.dtype)
     for cuts, idx in groups.items():
-        if len(idx) == rows.shape[0]:
-            return segmented_sum(p, cuts)
         sel = torch.tensor(idx)
-        out[sel] = segmented_sum(p[:, sel], cuts)
+        out[sel] = segmented_dot(rows[sel], w, cuts)
     return out
 
 
 def dot_all(rows: torch.Tensor, w: torch.Tensor, cuts: tuple[int, ...]) -> torch.Tensor:
     """``[N, H]`` dots, every row reduced with the same ``cuts``."""
-    return segmented_sum(products(rows, w), cuts)
+    return segmented_dot(rows, w, cuts)
 
 
 def with_bits(shape: Sequence[int], bits: int) -> torch.Tensor:

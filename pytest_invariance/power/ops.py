@@ -11,7 +11,6 @@ that saw it.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 from pytest_invariance.oracles.vocabulary import BATCH_POSITION, BATCH_SIZE, DIVERGENT, RUN_TO_RUN
 
@@ -52,7 +51,7 @@ def miss_reason(cls: OpClass, cfg: PowerConfig, rate: float | None) -> str:
     from pytest_invariance.oracles.sweeps import batch_sweep
 
     if cls.fires_at is not None and not any(cls.fires_at(n) for n in batch_sweep(cfg.profile, cfg.limit)):
-        return f"size not swept (needs {cls.needs})"
+        return f"size not swept: needs {cls.needs}"
     if rate is not None:
         return f"detection {rate:.2f} at {cfg.trials} trial{'s' if cfg.trials != 1 else ''}"
     return ""
@@ -92,8 +91,3 @@ def measure_ops(cfg: PowerConfig, records: list[dict] | None = None, progress=No
             if progress is not None:
                 progress(entries[-1])
     return entries
-
-
-def op_config(cfg: PowerConfig) -> PowerConfig:
-    """The configuration as the ops zoo sees it (the e2e fields dropped from its identity)."""
-    return replace(cfg, e2e=False)

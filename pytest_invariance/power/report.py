@@ -39,7 +39,8 @@ class OraclePower:
 
     def as_record(self, digest: str) -> dict:
         return {"config": digest, "oracle": self.oracle, "caught": self.caught, "classes": self.classes,
-                "missed": list(self.missed), "text": f"{self.caught}/{self.classes} zoo classes"}  # fmt: skip
+                "missed": list(self.missed), "bound_bites": self.probabilistic_miss,
+                "text": f"{self.caught}/{self.classes} zoo classes"}  # fmt: skip
 
 
 def _label(name: str, reason: str) -> str:

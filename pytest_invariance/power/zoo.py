@@ -23,7 +23,7 @@ Fn = Callable[..., object]  # rows -> out (torch tensors; torch loads when a sub
 BATCH_ORACLES = (BATCH_SIZE, BATCH_POSITION)
 ALL_OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)
 CANON = arith.even_cuts(4)  # the clean twins' fixed split: 4 partials whatever the batch
-NEIGHBOUR_TRIGGER = 36.0  # |x| above this in any row of the batch switches its path (~2% of rows)
+NEIGHBOUR_TRIGGER = 27.0  # |x| above this in any row of the batch switches its path (~5% of rows)
 RARE_RATE = 0.1  # the rare race fires on one call in ten
 
 
