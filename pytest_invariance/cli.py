@@ -55,6 +55,11 @@ def _build_parser() -> _Parser:
 
     add_arguments(loc)
 
+    pw = sub.add_parser("power", help="the shipped zoo of planted bugs through a configuration: what it catches")
+    from .power.command import add_arguments as add_power_arguments
+
+    add_power_arguments(pw)
+
     sub.add_parser(
         "serve",
         help="run the bundled inference engine's HTTP server (options: pytest-invariance serve --help)",
@@ -144,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .localize.command import main as localize_main
 
             return localize_main(args)
+        if args.command == "power":
+            from .power.command import main as power_main
+
+            return power_main(args)
         return _cmd_compare(args)
     except UsageError as e:
         print(f"pytest-invariance: error: {e}", file=sys.stderr)
