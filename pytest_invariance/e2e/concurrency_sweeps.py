@@ -3,6 +3,7 @@ neighbours of very different lengths (mixed), and sampled with one seed (seeded)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pytest_invariance.adapters import AdapterError, GenParams
@@ -43,24 +44,7 @@ def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
     params, p = gen(t, decode_len(profile)), probe(t)
     shape = {"sweep": "single", "prompt": described(p), "max_tokens": params.max_tokens, "levels": lv,
              **dispatch_shape(t)}  # fmt: skip
-    outputs: dict[int, list[list[int]]] = {}
-    lps: dict[int, list[Any]] = {}
-    batches: dict[str, dict[int, int]] = {}
-    seen: list[Batch] = []
-    ref_top = None
-    bar = progress(f"single {t.name}", sum(lv))
-    try:
-        for n in lv:
-            cs = send(t, [p] * n, params, seed * 1000 + n, bar, batches)
-            outputs[n] = [c.token_ids for c in cs]
-            lps[n] = [c.logprobs for c in cs]
-            seen.append(Batch.of(cs, list(range(n))))
-            if ref_top is None:
-                ref_top = cs[0].top_logprobs
-    except AdapterError as exc:
-        return partial(outputs, shape, exc)
-    return with_batches(sequence_outcome(outputs, ref_top, shape, {**co_batching(batches), **_ladder_note(t, lv)},
-                                         logprobs=compared_logprobs(t, lps)), seen)
+    return _over_levels(t, lv, params, seed, shape, lambda n: ([p] * n, list(range(n))))
 
 
 def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
@@ -69,18 +53,29 @@ def sweep_mixed(t: Target, profile: str, seed: int) -> Outcome:
     params, p = gen(t, decode_len(profile)), probe(t)
     shape = {"sweep": "mixed", "prompt": described(p), "max_tokens": params.max_tokens, "levels": lv,
              "neighbour_lengths": list(t.options.neighbour_tokens or MIXED_LENGTHS), **dispatch_shape(t)}  # fmt: skip
+
+    def batch_of(n: int) -> tuple[list, list[int]]:
+        batch = [other(t, i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)]) for i in range(n)]
+        slots = sorted({0, n // 2})
+        for s in slots:
+            batch[s] = p
+        return batch, slots
+
+    return _over_levels(t, lv, params, seed, shape, batch_of)
+
+
+def _over_levels(t: Target, lv: list[int], params: GenParams, seed: int, shape: dict,
+                 batch_of: Callable[[int], tuple[list, list[int]]]) -> Outcome:  # fmt: skip
+    """One list request (or jittered set) per level; the probe's slots in each are compared."""
     outputs: dict[int, list[list[int]]] = {}
     lps: dict[int, list[Any]] = {}
     batches: dict[str, dict[int, int]] = {}
     seen: list[Batch] = []
     ref_top = None
-    bar = progress(f"mixed {t.name}", sum(lv))
+    bar = progress(f"{shape['sweep']} {t.name}", sum(lv))
     try:
         for n in lv:
-            batch = [other(t, i, MIXED_LENGTHS[i % len(MIXED_LENGTHS)]) for i in range(n)]
-            slots = sorted({0, n // 2})
-            for s in slots:
-                batch[s] = p
+            batch, slots = batch_of(n)
             cs = send(t, batch, params, seed * 1000 + n, bar, batches)
             seen.append(Batch.of(cs, slots))
             outputs[n] = [cs[s].token_ids for s in slots]
