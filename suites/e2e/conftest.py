@@ -158,6 +158,9 @@ def _start(
         pytest.fail(f"e2e suites need the bundled engine: {exc}; install it with: pip install "
                     "'pytest-invariance[engine]' (or deselect suites/e2e)", pytrace=False)
     request.addfinalizer(eng.stop)
+    for name, value in adapter_options(request.config).items():  # the request timeout and deadline apply here too
+        if name in ("timeout_s", "deadline_s"):
+            setattr(adapter, name, value)
     t = Target(adapter, role, expected, log_path=str(eng.log_path), dispatch=_dispatch(request.config),
                options=sweep_options(request.config), started_here=True)  # fmt: skip
     t.refresh()
