@@ -24,8 +24,8 @@ Bugs (``bug=``), each one explicit rule applied per engine step, to every row of
   padded to its bucket (the next ladder size) and its rows change, by an amount that depends on
   the bucket; at ladder sizes (and above the ladder, eager) rows are clean, so identical copies at
   1, 2, 4, 8, 16, ... are bitwise equal. ``ladder`` defaults to vLLM's capture sizes.
-- ``neighbour``: a row changes while another row in its step has a property
-  (``neighbour_trigger``): ``long-prompt`` (a prompt longer than ``chunk_tokens``, default 256),
+- ``neighbour``: a row changes while another row in its step, with a different prompt (identical
+  copies never trigger), has a property (``neighbour_trigger``): ``long-prompt`` (a prompt longer than ``chunk_tokens``, default 256),
   ``shared-prefix`` (a different prompt with the same first ``block_size`` tokens) or
   ``sampling`` (a request with temperature > 0, top_p < 1 or a penalty/top_k/min_p/logit_bias).
 - ``replay``: in a step whose rows come from two or more requests, with chance ``replay_rate``

@@ -15,6 +15,7 @@ VOCAB = 256  # token id = byte value; text prompts are their UTF-8 bytes
 # Generated tokens are printable ASCII, so a completion's text carries its ids without loss (the
 # softmax still runs over all 256 bytes, so every prompt byte has a finite logprob).
 PRINTABLE = np.arange(32, 127)
+_LO, _HI = 32, 127  # the same range as a slice (a view, no copy)
 DIM = 32
 PERTURB = np.float32(2.0**-9)  # relative size of a planted bug's change to a row's state
 
@@ -44,7 +45,7 @@ class TinyModel:
     def logprobs(self, h: np.ndarray) -> np.ndarray:
         z = self.head @ h
         m = z.max()
-        return (z - (m + np.log(np.exp(z - m).sum(dtype=np.float32)))).astype(np.float32)
+        return z - (m + np.log(np.exp(z - m).sum()))
 
     def prompt_logprobs(self, tokens: list[int]) -> tuple[list[float | None], np.ndarray]:
         """Each prompt token's logprob given the tokens before it (the first has none), and the
@@ -59,11 +60,15 @@ class TinyModel:
         return out, h
 
     def greedy(self, lp: np.ndarray) -> int:
-        return int(PRINTABLE[int(np.argmax(lp[PRINTABLE]))])
+        return _LO + int(np.argmax(lp[_LO:_HI]))
 
     def top(self, lp: np.ndarray, k: int) -> list[int]:
         """The ``k`` most likely printable tokens, ties broken by id."""
-        return [int(PRINTABLE[i]) for i in np.argsort(-lp[PRINTABLE], kind="stable")[:k]]
+        if k <= 0:
+            return []
+        if k == 1:
+            return [self.greedy(lp)]
+        return [_LO + int(i) for i in np.argsort(-lp[_LO:_HI], kind="stable")[:k]]
 
     def perturbed(self, h: np.ndarray, scale: float = 1.0) -> np.ndarray:
         """``h`` nudged along a fixed direction: a row computed by other arithmetic."""

@@ -165,13 +165,16 @@ class Scheduler:
         return [0.0] * n
 
     def _triggers(self, other: Row, row: Row) -> bool:
+        """Whether ``other`` (a different prompt: identical copies never trigger) disturbs ``row``."""
+        if other.prompt == row.prompt:
+            return False
         trig = self.cfg.neighbour_trigger
         if trig == "long-prompt":
             return len(other.prompt) > self.cfg.chunk_tokens
         if trig == "sampling":
             return other.sampling
-        k = self.cfg.block_size  # shared-prefix: another prompt that starts as this one, not a copy
-        return other.prompt != row.prompt and len(other.prompt) >= k and other.prompt[:k] == row.prompt[:k]
+        k = self.cfg.block_size  # shared-prefix: another prompt that starts as this one
+        return len(other.prompt) >= k and other.prompt[:k] == row.prompt[:k]
 
     def _prefill(self, r: Row) -> None:
         if r.want_prompt_logprobs:

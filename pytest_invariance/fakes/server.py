@@ -14,6 +14,11 @@ from .scheduler import FakeConfig, Row, Scheduler
 LADDER_STYLES = ("none", "bundled", "vllm", "sglang")
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 512  # a replay opens dozens of connections at once; the default backlog is 5
+    daemon_threads = True
+
+
 class FakeEngine:
     """A planted-bug engine on a free loopback port, served from a thread (see the package docs)."""
 
@@ -26,8 +31,7 @@ class FakeEngine:
         self.scheduler: Scheduler | None = None
         self.requests = 0
         self._lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer((host, port), handler(self))
-        self.httpd.daemon_threads = True
+        self.httpd = _Server((host, port), handler(self))
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="fake-http", daemon=True)
 

@@ -83,6 +83,9 @@ def test_neighbour_changes_the_probe_only_beside_its_trigger(trigger):
         plain = ["short one", "another short prompt", "z" * 40]
         assert _complete(f.url, [PROBE] + plain)[0] == alone
         assert _copies(f.url, 6) == {alone}
+        if trigger == "long-prompt":  # copies of a long prompt do not disturb each other
+            long = "y" * 300
+            assert len(set(_complete(f.url, [long] * 3))) == 1 and _complete(f.url, long) == _complete(f.url, [long] * 3)[:1]
         if trigger == "sampling":
             hot = requests.post  # a sampled request runs beside the greedy probe
             with ThreadPoolExecutor(2) as pool:
