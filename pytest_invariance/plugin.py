@@ -314,6 +314,13 @@ class InvarianceSession:
             terminalreporter.write_line(f"REGRESSION: {reg}", red=True)
 
 
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None  # the suite that reads it refuses it with its own usage error
+
+
 def _power_session(config: pytest.Config, settings: Any) -> Any:
     """The controller's power state: the session's configuration as the zoo sees it, and the mode
     (``--invariance-power``, else ini ``invariance_power``, else ``$PYTEST_INVARIANCE_POWER``, else auto)."""
@@ -329,7 +336,8 @@ def _power_session(config: pytest.Config, settings: Any) -> Any:
     except ValueError:
         levels = None  # the e2e suites refuse it with their own usage error
     cfg = PowerConfig(profile=settings.profile, trials=settings.trials, limit=settings.limit, seed=settings.seed,
-                      repeats=settings.repeats, levels=levels, dispatch=option(config, "invariance_dispatch") or "list")
+                      repeats=settings.repeats, levels=levels, dispatch=option(config, "invariance_dispatch") or "list",
+                      replays=_int_or_none(option(config, "invariance_replays")))
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     say = (lambda line: reporter.write_line(line)) if reporter is not None else None
     return PowerSession(cfg, mode, progress=say)

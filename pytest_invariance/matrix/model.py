@@ -290,6 +290,10 @@ def build_cells(records: Iterable[Record]) -> list[dict]:
             trials, failures, hi = power
             cell["weakest_pass"] = {"trials": trials, "failures": failures, "wilson95_upper": round(hi, 4)}
             cell["evidence_parts"].append(f"weakest {trials - failures}/{trials} clean, rate < {hi:.2f}")
+        if (power := cell_power(recs)) is not None:  # the zoo's kill rate this verdict was reached with
+            cell["power"] = power
+            if verdict == INVARIANT:
+                cell["evidence_parts"].append(f"zoo power {power['caught']}/{power['classes']}")
         if trivial and recs is not all_recs:
             reasons = sorted({vacuous_by_construction(r) for r in trivial})
             cell["vacuous_by_construction"] = {"configs": len(trivial), "reasons": reasons}
@@ -301,6 +305,15 @@ def build_cells(records: Iterable[Record]) -> list[dict]:
         cells.append(cell)
     cells.sort(key=_cell_sort_key)
     return cells
+
+
+def cell_power(recs: list[Record]) -> dict | None:
+    """The weakest ``extra.power`` among a cell's records (lowest kill rate), None where none has one."""
+    powers = [p for r in recs if isinstance(p := (r.get("extra") or {}).get("power"), dict) and p.get("classes")]
+    if not powers:
+        return None
+    p = min(powers, key=lambda p: (p["caught"] / p["classes"], p.get("config") or ""))
+    return {k: p.get(k) for k in ("config", "caught", "classes", "missed")}
 
 
 def _cell_sort_key(cell: Mapping[str, Any]) -> tuple:

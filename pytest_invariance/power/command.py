@@ -60,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--e2e", action="store_true", help="also the e2e zoo: the fake engines through the shipped e2e suites")
     p.add_argument("--levels", type=_sizes, default=None, metavar="N,N,...", help="e2e: --invariance-levels")
     p.add_argument("--dispatch", choices=("list", "independent"), default="list", help="e2e: --invariance-dispatch")
+    p.add_argument("--replays", type=_positive, default=None, help="e2e: --invariance-replays")
     p.add_argument("--refresh", action="store_true", help="measure again even where cached")
     p.add_argument("--records", metavar="PATH", default=None,
                    help="append the per-op zoo's fixture records to this JSONL file (measures afresh)")
@@ -70,7 +71,8 @@ def main(args: argparse.Namespace) -> int:
     from .report import summary_line, table_lines
 
     cfg = PowerConfig(profile=args.profile, trials=args.trials, limit=args.limit, seed=args.seed,
-                      repeats=args.repeats, oracles=args.oracles, levels=args.levels, dispatch=args.dispatch)  # fmt: skip
+                      repeats=args.repeats, oracles=args.oracles, levels=args.levels, dispatch=args.dispatch,
+                      replays=args.replays)  # fmt: skip
     records: list[dict] | None = [] if args.records else None
     t0 = time.perf_counter()
     entries: list[dict] = []

@@ -32,6 +32,7 @@ class PowerConfig:
     oracles: tuple[str, ...] = OP_ORACLES
     levels: tuple[int, ...] | None = None  # e2e: --invariance-levels (None: the suites' default)
     dispatch: str = "list"  # e2e: --invariance-dispatch
+    replays: int | None = None  # e2e: --invariance-replays (None: the suite's default)
     runs: int = PROBABILISTIC_RUNS
 
     def key(self, part: str) -> dict:
@@ -41,7 +42,7 @@ class PowerConfig:
         and dispatch, the e2e zoo ignores repeats."""
         d = {k: v for k, v in asdict(self).items() if k != "oracles"}
         if part == "ops":
-            d.pop("levels"), d.pop("dispatch")
+            d.pop("levels"), d.pop("dispatch"), d.pop("replays")
         else:
             d.pop("repeats")
         return {"zoo": ZOO_VERSION, "part": part, **d}
@@ -56,6 +57,7 @@ class PowerConfig:
         ``profile quick, levels default, dispatch list`` (e2e)."""
         if part == "e2e":
             levels = ",".join(map(str, self.levels)) if self.levels else "default"
-            return f"profile {self.profile}, levels {levels}, dispatch {self.dispatch}"
+            replays = f", replays {self.replays}" if self.replays else ""
+            return f"profile {self.profile}, levels {levels}, dispatch {self.dispatch}{replays}"
         parts = [f"profile {self.profile}", f"trials {self.trials}", f"limit {self.limit or 'none'}"]
         return ", ".join([*parts, f"oracles {','.join(oracles if oracles is not None else self.oracles)}"])

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytest_invariance.oracles.vocabulary import CACHE, PREFILL_DECODE, UNIQUE_SAMPLES
+from pytest_invariance.oracles.vocabulary import BATCH_SIZE, CACHE, PREFILL_DECODE, RUN_TO_RUN, UNIQUE_SAMPLES
 
 from .config import OP_ORACLES, PowerConfig
 from .measure import Measured, get
 from .report import oracle_power, summary_line, table_lines
 
 MODES = ("auto", "on", "off")
-E2E_ORACLES = (UNIQUE_SAMPLES, CACHE, PREFILL_DECODE)  # and batch-size, on the engine family
+E2E_ORACLES = (UNIQUE_SAMPLES, CACHE, PREFILL_DECODE, BATCH_SIZE, RUN_TO_RUN)  # of the engine family
 
 
 def part_of(rec: dict) -> str | None:
     """Which zoo speaks for a record: the e2e zoo for the engine family's sweeps, the per-op zoo
     for the per-op oracles, none for the rest (chunking, precision, world-size...)."""
     if rec.get("family") == "engine":
-        return "e2e" if rec.get("oracle") in (*E2E_ORACLES, "batch-size") else None
+        return "e2e" if rec.get("oracle") in E2E_ORACLES else None
     return "ops" if rec.get("oracle") in OP_ORACLES else None
 
 
