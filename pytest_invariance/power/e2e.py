@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pytest_invariance.oracles.vocabulary import BATCH_SIZE, CACHE, DIVERGENT, RUN_TO_RUN, UNIQUE_SAMPLES
+from pytest_invariance.oracles.vocabulary import CACHE, DIVERGENT, RUN_TO_RUN, UNIQUE_SAMPLES
 
 from .config import PowerConfig
 
@@ -26,11 +26,11 @@ from .config import PowerConfig
 # it is). The inverse, seeded-sampling and speculative files check the control or need engines a
 # fake is not: they say nothing of the target's batch dependence.
 E2E_CLASSES = {
-    "padding": ((UNIQUE_SAMPLES, BATCH_SIZE), ("test_single.py", "test_mixed.py", "test_logprobs.py"),
+    "padding": ((UNIQUE_SAMPLES,), ("test_single.py", "test_mixed.py", "test_logprobs.py"),
                 "a batch off the capture ladder is padded to its bucket"),
     "neighbour": ((UNIQUE_SAMPLES,), ("test_needle.py", "test_mixed.py", "test_prefix.py"),
                   "a row changes beside a neighbour prompt longer than 256 tokens"),
-    "replay": ((RUN_TO_RUN, UNIQUE_SAMPLES), ("test_replay.py", "test_single.py", "test_mixed.py"),
+    "replay": ((RUN_TO_RUN,), ("test_replay.py",),
                "a step shared by several requests perturbs one row 2% of the time (unseeded)"),
     "warm-cache": ((CACHE, UNIQUE_SAMPLES), ("test_cache.py", "test_prefix.py"),
                    "a prefix-cache hit resumes from half-precision states"),
@@ -92,7 +92,7 @@ def miss_reason(bug: str, cfg: PowerConfig) -> str:
     if bug == "padding" and cfg.levels and set(cfg.levels) <= set(DEFAULT_LADDER):
         return "every level on the capture ladder"
     if bug == "replay":
-        return "a 2%-per-shared-step race: not seen in this run's replays (more --invariance-replays)"
+        return "a 2%-per-shared-step race not seen in this run's replays (more --invariance-replays)"
     return ""
 
 
@@ -110,13 +110,14 @@ def _entries(bug: str, recs: list[dict], cfg: PowerConfig, error: str) -> list[d
         entry = {"name": bug, "layer": "e2e", "oracle": oracle, "what": what, "caught": caught, "rate": None,
                  "runs": 1, "tests": sorted({r["nodeid"].rpartition("::")[2] for r in rs})}  # fmt: skip
         if not caught:
-            entry["reason"] = error or miss_reason(bug, cfg) or ("no shipped sweep of this oracle ran" if not rs else "")
+            entry["reason"] = error or miss_reason(bug, cfg) or ("" if rs else "no shipped sweep of this oracle ran")
         out.append(entry)
     return out
 
 
-def measure_e2e(cfg: PowerConfig, progress=None, workers: int = 2) -> list[dict]:
-    """Every fake through the suites (``workers`` pytest processes at a time); the clean twin's
+def measure_e2e(cfg: PowerConfig, progress=None, workers: int = 3) -> list[dict]:
+    """Every fake through the suites (``workers`` pytest processes at a time: the fakes sleep per
+    step, so three overlap on two cores); the clean twin's
     verdicts stamped on every class's entries (``twin``, ``false_alarm``)."""
     from pytest_invariance.fakes import FakeEngine
 

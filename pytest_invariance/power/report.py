@@ -98,8 +98,8 @@ def summary_line(entries: list[dict], oracles: Iterable[str] | None = None) -> s
 
 def table_lines(entries: list[dict]) -> list[str]:
     """Per (class, oracle): caught / missed / blind by design, with the rate and the twin's verdict."""
-    width = max((len(e["name"]) for e in entries), default=8)
-    owidth = max((len(e["oracle"]) for e in entries), default=8)
+    width = max([17, *(len(e["name"]) for e in entries)])  # fixed minimums: progress prints one at a time
+    owidth = max([14, *(len(e["oracle"]) for e in entries)])
     lines = []
     for e in entries:
         head = f"{e['layer']:<3} {e['name']:<{width}}  {e['oracle']:<{owidth}}  "
