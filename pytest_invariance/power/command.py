@@ -45,7 +45,8 @@ def _oracles(text: str) -> tuple[str, ...]:
     names = tuple(x for x in text.replace(" ", "").split(",") if x)
     bad = [n for n in names if n not in OP_ORACLES]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown oracle {', '.join(bad) or text!r}; expected some of {', '.join(OP_ORACLES)}")
+        what = ", ".join(bad) if bad else repr(text)
+        raise argparse.ArgumentTypeError(f"unknown oracle {what}; expected some of {', '.join(OP_ORACLES)}")
     return names
 
 
