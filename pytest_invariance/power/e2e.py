@@ -54,7 +54,7 @@ def _pytest_args(bug: str, cfg: PowerConfig, url: str, control: str, records: Pa
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini),
             "--rootdir", str(ini.parent), *(str(_suite_dir() / f) for f in files),
             "--invariance-url", url, "--invariance-url-control", control, "--invariance-engine", "vllm",
-            "--invariance-records", str(records), "--invariance-power", "off",
+            "--invariance-records", str(records), "-o", "invariance_power=off",
             "--invariance-profile", cfg.profile, "--invariance-seed", str(cfg.seed),
             "--invariance-dispatch", cfg.dispatch]  # fmt: skip
     if cfg.levels:

@@ -2,7 +2,7 @@
 runs, its power from the cache or measured once, stamped on each record as it arrives and
 summarized at the end.
 
-Modes (``--invariance-power`` / ini ``invariance_power`` / ``$PYTEST_INVARIANCE_POWER``):
+Modes (ini ``invariance_power`` or ``$PYTEST_INVARIANCE_POWER``; the ``--invariance-power`` flag is ``on``):
 ``auto`` (default) uses the cache, and on a miss measures the per-op zoo (seconds) the first time
 a per-op record arrives; the e2e zoo (minutes) only from the cache. ``on`` also measures the e2e
 zoo where the session ran e2e checks, and prints the per-class table. ``off`` measures nothing.

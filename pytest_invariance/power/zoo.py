@@ -140,15 +140,19 @@ def _neighbour(planted: bool, run: int) -> Fn:
     """Overflow guard: a row with |x| above the trigger is scaled by 1/3 before the dot (and back
     after). Planted: one such row in the batch switches every row to the guarded path (a
     per-batch decision, as a per-tensor dynamic scale makes); twin: each row decides for itself."""
-    import torch
-
     w = arith.weights()
 
     def fn(rows):
         hot = rows.abs().amax(dim=1) > NEIGHBOUR_TRIGGER
         guard = hot.any().expand_as(hot) if planted else hot
-        scaled = arith.dot_all(rows * (1 / 3), w, CANON) * 3
-        return torch.where(guard[:, None], scaled, arith.dot_all(rows, w, CANON))
+        out = arith.dot_all(rows, w, CANON) if not bool(guard.all()) else None
+        if not bool(guard.any()):
+            return out
+        scaled = arith.dot_all(rows[guard] * (1 / 3), w, CANON) * 3  # rows are independent: only the guarded
+        if out is None:
+            return scaled
+        out[guard] = scaled
+        return out
 
     return fn
 

@@ -62,7 +62,8 @@ def seeded_cache(tmp_path, monkeypatch):
 def test_pass_line_and_summary_show_the_zoo_power(pytester, seeded_cache, xdist) -> None:
     pytester.makepyfile(test_power=SUITE)
     out = pytester.path / "rec.jsonl"
-    result = pytester.runpytest(*xdist, f"--invariance-records={out}")
+    flag = ["--invariance-power"] if xdist else []  # on: the per-class table too (cached: nothing measured)
+    result = pytester.runpytest(*xdist, *flag, f"--invariance-records={out}")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "*invariance summary*",
@@ -74,6 +75,11 @@ def test_pass_line_and_summary_show_the_zoo_power(pytester, seeded_cache, xdist)
         "clean twins ?cached *",
     ])
     assert "WEAK" not in result.stdout.str()
+    table = "*op  only-at-6 * batch-size * MISSED: size not swept: needs N=6; clean twin invariant"
+    if xdist:
+        result.stdout.fnmatch_lines([table])
+    else:
+        assert "MISSED" not in result.stdout.str()
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     powers = {r["oracle"]: r["extra"]["power"] for r in recs}
     assert powers["batch-size"]["caught"] == 2 and powers["batch-size"]["classes"] == 3
@@ -82,7 +88,7 @@ def test_pass_line_and_summary_show_the_zoo_power(pytester, seeded_cache, xdist)
 
 def test_power_off_keeps_the_trial_bound_and_says_power_was_not_measured(pytester, seeded_cache) -> None:
     pytester.makepyfile(test_power=SUITE)
-    result = pytester.runpytest("--invariance-power=off")
+    result = pytester.runpytest("-o", "invariance_power=off")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["custom / mean  invariant 2  | power not measured (batch-size, run-to-run); "
                                  "weakest pass 3/3 trials clean, failure rate < 0.56 at 95%"])

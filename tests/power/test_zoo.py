@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from pytest_invariance.oracles.inputs import rows_pool
 from pytest_invariance.oracles.vocabulary import BATCH_SIZE, RUN_TO_RUN
+
 from pytest_invariance.power import arith
 from pytest_invariance.power.config import PowerConfig
 from pytest_invariance.power.ops import measure_class, miss_reason
