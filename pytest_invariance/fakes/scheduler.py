@@ -94,6 +94,7 @@ class Scheduler:
         self._chance = random.SystemRandom()  # the replay bug's race: not seeded, on purpose
         self._cache: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._staged: list[tuple[tuple[int, ...], np.ndarray]] = []  # this step's new blocks
         self.steps_by_batch: dict[int, int] = defaultdict(int)
         self.perturbed_rows = 0
         self._thread = threading.Thread(target=self._loop, name="fake-engine", daemon=True)
@@ -145,6 +146,7 @@ class Scheduler:
                 self._prefill(r)
             else:
                 r.h = self.model.advance(r.h, r.tokens[-1])
+        self._commit()  # blocks computed in this step are visible from the next one, not within it
         for r, scale in zip(rows, self._scales(rows), strict=True):
             if scale:
                 r.h = self.model.perturbed(r.h, scale)
@@ -204,10 +206,15 @@ class Scheduler:
     def _store(self, key: tuple[int, ...], h: np.ndarray) -> None:
         # warm-cache bug: the cached state is kept at half precision, so a hit resumes from other bits
         kept = h.astype(np.float16).astype(np.float32) if self.cfg.bug == "warm-cache" else h.copy()
+        self._staged.append((key, kept))
+
+    def _commit(self) -> None:
         with self._cache_lock:
-            self._cache[key] = kept
-            if len(self._cache) > _CACHE_ENTRIES:
+            for key, kept in self._staged:
+                self._cache[key] = kept
+            while len(self._cache) > _CACHE_ENTRIES:
                 self._cache.popitem(last=False)
+        self._staged.clear()
 
     def _emit(self, r: Row) -> None:
         lp = self.model.logprobs(r.h)

@@ -116,6 +116,14 @@ def _cold_warm(url: str) -> tuple:
     return cold, warm
 
 
+def test_warm_cache_copies_in_one_batch_do_not_hit_each_other():
+    """Blocks become cacheable when their step ends, so identical copies in one list request are
+    all cold (the single sweep's copies see no cache hit), as in a real engine's step."""
+    with FakeEngine("warm-cache") as f:
+        prompt = "copies of one prompt share a step " * 4
+        assert len(_copies(f.url, 4) | set(_complete(f.url, [prompt] * 4))) == 2  # one answer each
+
+
 @pytest.mark.parametrize("bug,differs", [("none", False), ("warm-cache", True)])
 def test_warm_cache_hit_computes_differently_only_on_the_buggy_fake(bug, differs):
     with FakeEngine(bug) as f:
