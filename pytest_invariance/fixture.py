@@ -285,7 +285,7 @@ class _OracleRun:
 POSITION_SIZES = 8  # the position oracle calls fn 5 times per size: 40 calls at most per trial
 
 
-def _position_sizes(sizes: list[int]) -> list[int]:
+def position_sizes(sizes: list[int]) -> list[int]:
     """Batch sizes for the position oracle: every sweep size >= 3 when there are at most
     ``POSITION_SIZES``, else that many spread evenly over them (the smallest and largest included)."""
     big = sorted({s for s in sizes if s >= 3})
@@ -336,7 +336,7 @@ def _batch_position(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: 
     from pytest_invariance.oracles import batch as B
 
     if not _nondeterministic(run, fn, rows, trial, result):
-        B.batch_position_oracle(fn, rows, _position_sizes(run.batch_sizes), contract=run.contract, trial=trial,
+        B.batch_position_oracle(fn, rows, position_sizes(run.batch_sizes), contract=run.contract, trial=trial,
                                 result=result)  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from pytest_invariance.oracles.vocabulary import BATCH_POSITION, BATCH_SIZE, RUN_TO_RUN
 
-ZOO_VERSION = 3  # bump when a planted class, a twin or the way they are judged changes
+ZOO_VERSION = 4  # bump when a planted class, a twin or the way they are judged changes
 OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)
 PROBABILISTIC_RUNS = 10  # repeated runs of a probabilistic class: its detection rate is seen/10
 CAUGHT_AT = 0.95  # a probabilistic class counts as caught when detected in at least 95% of runs

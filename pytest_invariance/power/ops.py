@@ -45,13 +45,18 @@ def _check(cls: OpClass, oracle: str, cfg: PowerConfig, run: int, with_twin: boo
     return {"caught": bool((rec.get("control") or {}).get("diverged")), "twin": rec["verdict"], "record": rec}
 
 
-def miss_reason(cls: OpClass, cfg: PowerConfig, rate: float | None) -> str:
-    """Why a class was missed, in the words of the summary: ``size not swept (needs N=6)``,
+def miss_reason(cls: OpClass, cfg: PowerConfig, rate: float | None, oracle: str = BATCH_SIZE) -> str:
+    """Why a class was missed, in the words of the summary: ``size not swept: needs N=6``,
     ``detection 0.80 at 3 trials``; empty where the zoo has no better word than "missed"."""
     from pytest_invariance.oracles.sweeps import batch_sweep
 
-    if cls.fires_at is not None and not any(cls.fires_at(n) for n in batch_sweep(cfg.profile, cfg.limit)):
+    from pytest_invariance.fixture import POSITION_SIZES, position_sizes
+
+    sizes = batch_sweep(cfg.profile, cfg.limit)
+    if cls.fires_at is not None and not any(cls.fires_at(n) for n in sizes):
         return f"size not swept: needs {cls.needs}"
+    if oracle == BATCH_POSITION and cls.fires_at is not None and not any(map(cls.fires_at, position_sizes(sizes))):
+        return f"size not among the position oracle's {POSITION_SIZES} sizes: needs {cls.needs}"
     if rate is not None:
         return f"detection {rate:.2f} at {cfg.trials} trial{'s' if cfg.trials != 1 else ''}"
     return ""
@@ -73,7 +78,7 @@ def measure_class(cls: OpClass, oracle: str, cfg: PowerConfig, records: list[dic
              "twin": first["twin"], "false_alarm": first["twin"] == DIVERGENT, "rate": rate,
              "runs": len(results), "seconds": round(time.perf_counter() - t0, 3)}  # fmt: skip
     if not caught:
-        entry["reason"] = miss_reason(cls, cfg, rate)
+        entry["reason"] = miss_reason(cls, cfg, rate, oracle)
     return entry
 
 

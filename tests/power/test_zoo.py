@@ -87,3 +87,8 @@ def test_signed_zero_and_nan_payload_differ_only_in_bits() -> None:
     nan_twin, nan_bug = BY_NAME["nan-payload"].build(False, 0)(x), BY_NAME["nan-payload"].build(True, 0)(x)
     assert torch.equal(nan_twin.isnan(), nan_bug.isnan()) and nan_twin.isnan().any()
     assert not torch.equal(nan_twin.view(torch.int32), nan_bug.view(torch.int32))
+
+
+def test_the_position_oracle_names_a_size_it_does_not_sample() -> None:
+    reason = miss_reason(BY_NAME["only-at-6"], PowerConfig(profile="full"), None, "batch-position")
+    assert reason == "size not among the position oracle's 8 sizes: needs N=6"
