@@ -68,6 +68,10 @@ def _build_parser() -> _Parser:
     from .launch.report import add_arguments as add_census_arguments
 
     add_census_arguments(ce)
+    pw = sub.add_parser("power", help="the shipped zoo of planted bugs through a configuration: what it catches")
+    from .power.command import add_arguments as add_power_arguments
+
+    add_power_arguments(pw)
 
     sub.add_parser(
         "serve",
@@ -175,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .localize.command import main as localize_main
 
             return localize_main(args)
+        if args.command == "power":
+            from .power.command import main as power_main
+
+            return power_main(args)
         return _cmd_compare(args)
     except UsageError as e:
         print(f"pytest-invariance: error: {e}", file=sys.stderr)

@@ -296,7 +296,7 @@ class _OracleRun:
 POSITION_SIZES = 8  # the position oracle calls fn 5 times per size: 40 calls at most per trial
 
 
-def _position_sizes(sizes: list[int]) -> list[int]:
+def position_sizes(sizes: list[int]) -> list[int]:
     """Batch sizes for the position oracle: every sweep size >= 3 when there are at most
     ``POSITION_SIZES``, else that many spread evenly over them (the smallest and largest included)."""
     big = sorted({s for s in sizes if s >= 3})
@@ -322,14 +322,18 @@ def _seeded(run: Callable, seed: int) -> Callable:
 
 
 def _nondeterministic(run: _OracleRun, fn: Callable, rows: Any, trial: int, result: Any) -> bool:
-    """Run-to-run on the largest batch first; once seen, the batch oracles are not run at all (and
-    the trials after it are not counted: failures/N then speaks of the trials that ran)."""
+    """Run-to-run on the largest batch first; once seen, the batch oracles are not run at all (the
+    trial that saw it counts as a failed trial, the trials after it are not counted: failures/N
+    then speaks of the trials that ran)."""
     from pytest_invariance.oracles import batch as B
 
     if result.nondeterministic:
         return True
     n = min(max(run.batch_sizes), rows.shape[0])
-    return B.nondeterminism_precheck(fn, rows, n, contract=run.contract, trial=trial, result=result)
+    if not B.nondeterminism_precheck(fn, rows, n, contract=run.contract, trial=trial, result=result):
+        return False
+    result.trials += 1  # the trial that saw it ran and failed: counted, so failures never exceed trials
+    return True
 
 
 def _batch_size(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: int, result: Any) -> None:
@@ -343,7 +347,7 @@ def _batch_position(run: _OracleRun, fn: Callable, rows: Any, seed: int, trial: 
     from pytest_invariance.oracles import batch as B
 
     if not _nondeterministic(run, fn, rows, trial, result):
-        B.batch_position_oracle(fn, rows, _position_sizes(run.batch_sizes), contract=run.contract, trial=trial,
+        B.batch_position_oracle(fn, rows, position_sizes(run.batch_sizes), contract=run.contract, trial=trial,
                                 result=result)  # fmt: skip
 
 

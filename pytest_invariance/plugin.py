@@ -62,6 +62,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--invariance-dispatch", dest="invariance_dispatch", choices=("list", "independent"),
                     default=None, help="how e2e sweeps send a batch: list (one request carrying every prompt, "
                     "the default) or independent (one connection per request, staggered arrivals)")
+    group.addoption("--invariance-power", dest="invariance_power", action="store_const", const="on", default=None,
+                    help="measure this configuration's power over the shipped zoo of planted bugs, the e2e zoo "
+                    "too where e2e suites ran, and print the per-class table (ini invariance_power: auto, the "
+                    "default, reads the cache and measures the per-op zoo once on a miss; off measures nothing)")
     group.addoption("--invariance-seed", dest="invariance_seed", metavar="N", type=int, default=None,
                     help="base seed of the input generators (default 0)")
     group.addoption("--invariance-expect", dest="invariance_expect", metavar="MATRIX.json", default=None,
@@ -87,8 +91,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=None, help="shared-prefix lengths of the prefix sweep (default: the reported block "
                     "and chunk sizes +-1)")
     group.addoption("--invariance-levels", dest="invariance_levels", metavar="N,N,...", default=None,
-                    help="concurrency levels of the single and mixed e2e sweeps (default 1,2,4,8,16 quick; "
-                    "levels inside a padded engine's buckets show its edges, e.g. 1,2,3,4,5,8,9,16,17)")
+                    help="concurrency levels of the single and mixed e2e sweeps (default: powers of two to 16 "
+                    "quick, 128 full, plus every capture-ladder edge -1, edge, +1: the target's reported ladder, "
+                    "else the vLLM and SGLang defaults)")
+    group.addoption("--invariance-replays", dest="invariance_replays", metavar="K", type=_positive_int, default=None,
+                    help="replays of the e2e replay check's concurrent workload (default 5; at least 2)")
     group.addoption("--invariance-prompts", dest="invariance_prompts", choices=("auto", "ids", "text"),
                     default=None, help="send prompts as token ids or text (auto: text for --invariance-engine "
                     "openai, ids otherwise)")
@@ -123,6 +130,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("invariance_expect", "default --invariance-expect", default=None)
     parser.addini("invariance_dispatch", "default --invariance-dispatch (list or independent)", default=None)
     parser.addini("invariance_seed", "default --invariance-seed (an integer)", default=None)
+    parser.addini("invariance_power", "default --invariance-power (auto, on or off)", default=None)
 
 
 def option(config: pytest.Config, name: str) -> Any:
@@ -226,6 +234,7 @@ class InvarianceSession:
         self.records_path = option(config, "invariance_records")
         self.report_dir = option(config, "invariance_report")
         self.expect_path = option(config, "invariance_expect")
+        self.power = None if self.is_worker else _power_session(config, self.settings)
         self.records: list[dict] = []
         self.regressions: list[str] = []
         self.rendered: dict = {}
@@ -262,6 +271,9 @@ class InvarianceSession:
         records = getattr(report, RECORDS_ATTR, None)
         if self.is_worker or not records:
             return
+        if self.power is not None:
+            for rec in records:  # before the JSONL append: a record carries the power it was reached with
+                self.power.attach(rec)
         self.records.extend(records)
         if self.records_path and not self.write_failed:
             from pytest_invariance.recordio import append_records
@@ -303,6 +315,8 @@ class InvarianceSession:
         terminalreporter.write_sep("=", "invariance summary")
         for line in summary_lines(self.records):
             terminalreporter.write_line(line)
+        for line in self.power.lines(self.records) if self.power is not None else ():
+            terminalreporter.write_line(line)
         if self.records_path and not self.write_failed:
             terminalreporter.write_line(f"records appended to {self.records_path}")
         for problem in self.problems:
@@ -311,6 +325,35 @@ class InvarianceSession:
             terminalreporter.write_line(f"matrix: {path}")
         for reg in self.regressions:
             terminalreporter.write_line(f"REGRESSION: {reg}", red=True)
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None  # the suite that reads it refuses it with its own usage error
+
+
+def _power_session(config: pytest.Config, settings: Any) -> Any:
+    """The controller's power state: the session's configuration as the zoo sees it, and the mode
+    (``--invariance-power``, else ini ``invariance_power``, else ``$PYTEST_INVARIANCE_POWER``, else auto)."""
+    from pytest_invariance.power.config import PowerConfig
+    from pytest_invariance.power.session import MODES, PowerSession
+
+    mode = option(config, "invariance_power") or os.environ.get("PYTEST_INVARIANCE_POWER") or "auto"
+    if mode not in MODES:
+        raise pytest.UsageError(f"invariance_power: expected one of {', '.join(MODES)}, got {mode!r}")
+    levels = option(config, "invariance_levels")
+    try:
+        levels = tuple(int(x) for x in str(levels).replace(" ", "").split(",") if x) if levels else None
+    except ValueError:
+        levels = None  # the e2e suites refuse it with their own usage error
+    cfg = PowerConfig(profile=settings.profile, trials=settings.trials, limit=settings.limit, seed=settings.seed,
+                      repeats=settings.repeats, levels=levels, dispatch=option(config, "invariance_dispatch") or "list",
+                      replays=_int_or_none(option(config, "invariance_replays")))
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    say = (lambda line: reporter.write_line(line)) if reporter is not None else None
+    return PowerSession(cfg, mode, progress=say)
 
 
 _SESSION = pytest.StashKey[InvarianceSession]()

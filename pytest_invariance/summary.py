@@ -9,8 +9,7 @@ from pytest_invariance.oracles.stats import weakest_pass
 from pytest_invariance.oracles.verdict import SEVERITY, VERDICTS, vacuous_by_construction
 from pytest_invariance.records import describe_localization
 
-WEAK_TRIALS = 3  # fewer clean trials than this, or
-WEAK_UPPER = 0.5  # a 95% upper bound on the failure rate above this, and a pass is flagged weak
+BOUND_TRIALS = 3  # a pass on fewer clean trials than this shows its trial bound even where power was measured
 
 
 def _ulp(ev: dict) -> float:
@@ -44,17 +43,48 @@ def _worst_evidence(recs: list[dict]) -> str:
     return ", ".join(parts)
 
 
+def _power_of(recs: list[dict]) -> dict[str, dict]:
+    """Per oracle, the weakest ``extra.power`` its passes were reached with (lowest kill rate)."""
+    out: dict[str, dict] = {}
+    for r in recs:
+        p = (r.get("extra") or {}).get("power")
+        if r["verdict"] != "invariant" or not isinstance(p, dict) or not p.get("classes"):
+            continue
+        if r["oracle"] not in out or p["caught"] / p["classes"] < out[r["oracle"]]["caught"] / out[r["oracle"]]["classes"]:
+            out[r["oracle"]] = p
+    return out
+
+
 def pass_power(recs: list[dict]) -> str:
-    """The weakest ``invariant`` of a group: its clean trials and the Wilson upper bound of its
-    failure rate; flagged WEAK with fewer than 3 trials or a bound above 0.5 (empty: no pass)."""
+    """What the group's passes are worth: per oracle, the kill rate over the zoo classes that apply
+    to it (``extra.power``, stamped by the session), and the trial bound only where it bites: where
+    a probabilistic class was missed (more trials would see it), where no zoo class speaks for the
+    oracle, or on fewer than 3 clean trials (empty: no pass)."""
     weakest = weakest_pass(recs)
     if weakest is None:
         return ""
+    power = _power_of(recs)
+    passed = sorted({r["oracle"] for r in recs if r["verdict"] == "invariant"})
+    parts = []
+    for oracle in passed:
+        p = power.get(oracle)
+        if p is not None:
+            missed = f" (blind to {', '.join(p['missed'])})" if p.get("missed") else ""
+            parts.append(f"{oracle} {p['caught']}/{p['classes']}{missed}")
+    text = f"power over the zoo: {'; '.join(parts)}" if parts else ""
     trials, failures, hi = weakest
-    text = f"weakest pass: {trials - failures}/{trials} trials clean, failure rate < {hi:.2f} at 95%"
-    if trials < WEAK_TRIALS or hi > WEAK_UPPER:
-        why = f"fewer than {WEAK_TRIALS} trials" if trials < WEAK_TRIALS else f"bound above {WEAK_UPPER}"
-        text += f" (WEAK: {why})"
+    bites = (any(p.get("bound_bites") for p in power.values()) or trials - failures < BOUND_TRIALS
+             or any(o not in power for o in passed))  # fmt: skip
+    if bites:
+        from pytest_invariance.power.session import part_of
+
+        bound = f"weakest pass {trials - failures}/{trials} trials clean, failure rate < {hi:.2f} at 95%"
+        zooless = sorted({r["oracle"] for r in recs if r["verdict"] == "invariant" and part_of(r) is None})
+        unmeasured = [o for o in passed if o not in power and o not in zooless]
+        notes = ([f"power not measured ({', '.join(unmeasured)})"] if unmeasured else []) + \
+            ([f"no zoo class for {', '.join(zooless)}"] if zooless else [])  # fmt: skip
+        bound = "; ".join([*notes, bound])
+        text = f"{text}; {bound}" if text else bound
     return text
 
 
@@ -62,6 +92,9 @@ def summary_lines(records: list[dict]) -> list[str]:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in records:
         impl = r["implementation"] + (f" ({r['mode']})" if r.get("mode") else "")
+        target = (r.get("extra") or {}).get("target")  # an e2e server by engine and host
+        if isinstance(target, str) and "@" in target:
+            impl = target + (f" ({r['mode']})" if r.get("mode") else "")
         groups[(r["family"], impl)].append(r)
     lines = []
     width = max((len(f"{f} / {i}") for f, i in groups), default=10)

@@ -16,3 +16,13 @@ for _name in ("numpy", "torch"):
 
 # Shared helpers (fake_server, synthetic_records) sit here, above the per-package test folders.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _power_off_in_nested_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytester sessions would each measure the per-op zoo for their configuration (seconds to
+    minutes); the power tests turn it back on with a cache they seed (tests/power)."""
+    monkeypatch.setenv("PYTEST_INVARIANCE_POWER", "off")

@@ -4,8 +4,9 @@ Why a second view: the full cells carry every fact (first differing N, max ULP, 
 what a reader needs once they know *where* to look, not before. Here real implementations come
 first, grouped by family; the positive controls (mutants, and the bundled engine's default mode,
 whose batch dependence is designed) sit in their own section, where ✘ means "the control fired".
-Notes that many cells share (vacuous by construction, a weak pass, a control on another engine)
-are numbered once as footnotes. Endpoint URLs, which change every run, never appear.
+Notes that many cells share (vacuous by construction, a pass whose zoo power is short of every
+class, or a weak pass where no zoo class speaks, a control on another engine) are numbered once
+as footnotes. Endpoint URLs, which change every run, never appear.
 """
 
 from __future__ import annotations
@@ -102,8 +103,12 @@ def _notes_of(cell: dict, notes: _Notes) -> tuple[int, ...]:
     if vbc:
         for reason in vbc["reasons"]:
             out.append(notes.number(f"some configurations are vacuous by construction and set aside: {reason}"))
+    zoo = cell.get("power")
+    if cell["verdict"] == INVARIANT and zoo and zoo["caught"] < zoo["classes"]:
+        out.append(notes.number(f"a pass reached with zoo power {zoo['caught']}/{zoo['classes']} "
+                                f"(blind to {', '.join(zoo.get('missed') or ['?'])})"))  # fmt: skip
     power = cell.get("weakest_pass")
-    if power and power["trials"] - power["failures"] < 3:
+    if power and power["trials"] - power["failures"] < 3 and not zoo:  # the trial bound only where no zoo spoke
         out.append(notes.number(WEAK_NOTE))
     if cell["verdict"] == INVARIANT and any("positive control on another engine" in p for p in cell["evidence_parts"]):
         out.append(notes.number(FOREIGN_NOTE))

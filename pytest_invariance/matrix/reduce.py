@@ -74,6 +74,7 @@ class Entry:
     severity: tuple  # (-rate, -max ULP)
     cost: tuple | None  # (ratio, stock)
     power: tuple | None  # (trials, failures) of an invariant record
+    zoo: dict | None  # ``extra.power``: the planted-bug zoo's kill rate this record was reached with
     plot: Any  # series.PlotData or None
     handle: Any  # the record itself, or where to read it again
 
@@ -161,7 +162,7 @@ class Reducer:
             order, cell, stack, nodeid, shape, run_id, self._intern(verdict),
             self._intern(str(rec.get("contract") or "bitwise")), vacuous_by_construction(rec),
             self._intern((-(_num(ev.get("rate")) or 0.0), -(_num(ev.get("max_ulp")) or 0.0))),
-            _cost_of(rec), power, self._intern(plot_data(rec)), rec if handle is None else handle,
+            _cost_of(rec), power, zoo_of(rec), self._intern(plot_data(rec)), rec if handle is None else handle,
         )  # fmt: skip
 
     def kept(self) -> list[Entry]:
@@ -217,6 +218,20 @@ def stack_fields_differing(stacks: list[tuple]) -> list[int]:
     return [i for i in range(len(STACK_FIELDS) + 1) if len({s[i] for s in stacks}) > 1]
 
 
+def zoo_of(rec: Record) -> dict | None:
+    """The record's ``extra.power`` reduced to what a cell shows (None where the zoo did not speak)."""
+    p = (rec.get("extra") or {}).get("power")
+    if not isinstance(p, dict) or not p.get("classes"):
+        return None
+    return {k: p.get(k) for k in ("config", "caught", "classes", "missed")}
+
+
+def cell_power(entries: list[Entry]) -> dict | None:
+    """The weakest zoo power among a cell's entries (lowest kill rate), None where none has one."""
+    powers = [e.zoo for e in entries if e.zoo is not None]
+    return min(powers, key=lambda p: (p["caught"] / p["classes"], p.get("config") or "")) if powers else None
+
+
 def weakest_of(entries: list[Entry]) -> tuple[int, int, float] | None:
     """``oracles.stats.weakest_pass`` over the entries' (trials, failures)."""
     return weakest_pass([{"verdict": INVARIANT, "evidence": {"trials": t, "failures": f}}
@@ -262,6 +277,10 @@ def build_cell(key: tuple, all_entries: list, load: Callable[[Any], Record]) -> 
         trials, failures, hi = power
         cell["weakest_pass"] = {"trials": trials, "failures": failures, "wilson95_upper": round(hi, 4)}
         cell["evidence_parts"].append(f"weakest {trials - failures}/{trials} clean, rate < {hi:.2f}")
+    if (zoo := cell_power(entries)) is not None:  # the zoo's kill rate this verdict was reached with
+        cell["power"] = zoo
+        if verdict == INVARIANT:
+            cell["evidence_parts"].append(f"zoo power {zoo['caught']}/{zoo['classes']}")
     if trivial and entries is not all_entries:
         reasons = sorted({e.vbc for e in trivial})
         cell["vacuous_by_construction"] = {"configs": len(trivial), "reasons": reasons}

@@ -18,7 +18,7 @@ from .model import (
 def _json_cells(cells: list[dict]) -> list[dict]:
     keep = (*CELL_KEYS, "verdict", "evidence", "contracts", "cost", "records", "verdict_counts",
             "first", "max_ulp", "failures", "trials", "equivalence_classes", "nodeid", "control")  # fmt: skip
-    optional = ("vacuous_by_construction", "weakest_pass", "stack", "stacks", "changed")
+    optional = ("vacuous_by_construction", "weakest_pass", "stack", "stacks", "changed", "power")
     out = [{**{k: c[k] for k in keep}, **{k: c[k] for k in optional if k in c}} for c in cells]
     for c in out:  # classes are data until here; the file shows the {1} {2..32} text a reader scans
         if c["equivalence_classes"] is not None:
