@@ -21,7 +21,6 @@ import triton.language as tl
 from .device import cdiv
 from .keyed_launch import launch
 
-
 FP_FUSION = False  # no FMA contraction: see the module docstring (tests compile the kernel with it)
 SCAN_WARPS = 4
 

@@ -26,13 +26,12 @@ def test_scan_kernel_has_one_specialization_for_prefill_pieces_and_decode():
 
 
 def test_scan_kernel_ptx_for_sm90_rounds_every_multiply_and_add_on_its_own():
+    from pytest_invariance.reference_kernels import linear_attention_triton as lat
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from pytest_invariance.reference_kernels import linear_attention_triton as lat
-
     types = ["*bf16", "*bf16", "*bf16", "*fp32", "*fp32", "*bf16", "*fp32", "i32", "i32", "i32", "i32"]
-    sig = dict(zip(lat._scan_kernel.arg_names, [*types, "constexpr", "constexpr"]))
+    sig = dict(zip(lat._scan_kernel.arg_names, [*types, "constexpr", "constexpr"], strict=True))
     src = ASTSource(lat._scan_kernel, sig, constexprs={"BLOCK_DK": 64, "BLOCK_DV": 32})
     try:
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
