@@ -117,11 +117,23 @@ def scaled_mm_blockwise_unavailable(device: str | torch.device) -> str | None:
     return None
 
 
+def blockwise_scale_operands(xs: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scale layouts torch's block-scaled ``scaled_mm`` checks (2.11 CUDA and 2.13 meta alike).
+
+    Activation ``[M, K/128]`` with strides ``(1, M)`` (outer-dim-major, built explicitly: ``t().contiguous().t()``
+    keeps stride ``(K/128, 1)`` when M == 1); weight ``[K/128, ceil(N/128)]`` for ``mat_b = w.t()`` with strides
+    ``(1, K/128)``, i.e. the transpose of our contiguous ``[ceil(N/128), K/128]``.
+    """
+    m, kb = xs.shape
+    xs_cm = torch.empty_strided((m, kb), (1, m), dtype=torch.float32, device=xs.device)
+    xs_cm.copy_(xs)
+    return xs_cm, w_scale.float().contiguous().t()
+
+
 def stock_scaled_mm_blockwise(x: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
     """Stock on CUDA: ``F.scaled_mm`` with BlockWise1x128 activation and BlockWise128x128 weight scales."""
     F = torch.nn.functional
     xq, xs = quantize_groups(x)
-    # cuBLASLt wants the activation scales outer-dim-major ([M, K/128] with stride (1, M)).
-    xs_t = xs.t().contiguous().t()
-    return F.scaled_mm(xq, w_fp8.t(), xs_t, F.ScalingType.BlockWise1x128, w_scale.contiguous(),
+    sa, sb = blockwise_scale_operands(xs, w_scale)
+    return F.scaled_mm(xq, w_fp8.t(), sa, F.ScalingType.BlockWise1x128, sb,
                        F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)  # fmt: skip

@@ -21,9 +21,11 @@ def require_mode(t: torch.Tensor) -> None:
         raise RuntimeError("this Triton kernel needs a CUDA tensor, or TRITON_INTERPRET=1 set before triton is imported")
 
 
-def launch(kernel: Any, grid: tuple[int, ...], args: tuple, consts: dict, warps: int = 4, stages: int | None = None) -> None:
+def launch(kernel: Any, grid: tuple[int, ...], args: tuple, consts: dict, warps: int = 4, stages: int | None = None,
+           *, fp_fusion: bool = True) -> None:
     """Run ``kernel[grid](*args, **consts)``; on CUDA through a plan keyed by every tensor's shape,
-    strides, dtype and 16-byte alignment, every integer argument and every constexpr."""
+    strides, dtype and 16-byte alignment, every integer argument and every constexpr.
+    ``fp_fusion=False`` compiles without FMA contraction (every mul and add rounded on its own)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if tensors:
         require_mode(tensors[0])
@@ -35,6 +37,8 @@ def launch(kernel: Any, grid: tuple[int, ...], args: tuple, consts: dict, warps:
     if got is None:
         got = _launchers[kernel] = Launcher(kernel)
     options = {"num_warps": warps} if stages is None else {"num_warps": warps, "num_stages": stages}
+    if not fp_fusion:
+        options["enable_fp_fusion"] = False
     if tensors and not tensors[0].is_cuda:
         options = {}
     got.launch(key, grid, args, consts, options)

@@ -6,6 +6,7 @@
 #   [WORKERS=n] bash scripts/gpu_run.sh [--profile quick|full] PHASE[:SECONDS]...
 # PHASE:SECONDS overrides that phase's time limit (e.g. matmul:540 for the full profile).
 # FAMILY_SUITES="suites/ops/test_lora.py ..." narrows the families phase to some of its six suites.
+# BENCH_FAMILIES="fp8-block-gemm,lora" narrows bench-families (bench_families.py --families).
 # Phases: env families families-unit bench-families unit launch-tests matmul fp8 rowops attention attention-decode attention-stock moe allreduce bench-allreduce bench-gemm sweep-decode sweep-large bench-rowops bench-launch bench-attention attention-sweep ladder bench-moe engine engine-eager e2e
 set -u
 PROFILE=quick
@@ -67,7 +68,7 @@ for arg in "$@"; do
     env) phase env "${LIMIT:-60}" python3 -c "import torch, triton; p = torch.cuda.get_device_properties(0); print(torch.__version__, triton.__version__, p.name, p.multi_processor_count, torch.version.cuda)";;
     families) phase families "${LIMIT:-400}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} ${FAMILY_SUITES:-suites/ops/test_add_rmsnorm.py suites/ops/test_rmsnorm_fp8_quant.py suites/ops/test_fp8_block.py suites/ops/test_int4.py suites/ops/test_lora.py suites/ops/test_linear_attention.py} -m gpu;;
     families-unit) phase families-unit "${LIMIT:-120}" "${PYT[@]}" tests/reference_kernels/test_families_gpu.py -m gpu;;
-    bench-families) phase bench-families "${LIMIT:-200}" python3 benchmarks/bench_families.py --out "$WORK";;
+    bench-families) phase bench-families "${LIMIT:-200}" python3 benchmarks/bench_families.py --out "$WORK" ${BENCH_FAMILIES:+--families "$BENCH_FAMILIES"};;
     moe) phase moe "${LIMIT:-100}" "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
     allreduce) phase allreduce "${LIMIT:-400}" "${PYT[@]}" suites/ops/test_allreduce.py -m gpu;;
     rowops) phase rowops "${LIMIT:-150}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} suites/ops/test_rmsnorm.py suites/ops/test_softmax.py -m gpu;;

@@ -52,6 +52,22 @@ def test_fp8_block_quantization_and_gemm_accuracy():
     assert (got - want).abs().max() <= 2 ** -7 * want.abs().max()
 
 
+@pytest.mark.parametrize("m", [1, 5])
+def test_blockwise_scaled_mm_scale_layouts_pass_torchs_shape_and_stride_checks(m):
+    """The layouts the H200 run rejected (M == 1 strides, weight scales not transposed), checked
+    against torch's own meta registration of ``scaled_mm`` (full blocks: its meta floors N/128)."""
+    F = torch.nn.functional
+    if not hasattr(F, "ScalingType"):
+        pytest.skip(f"torch {torch.__version__} has no block-scaled F.scaled_mm")
+    n, k = 1536, 7168
+    sa, sb = fp8_block.blockwise_scale_operands(torch.rand(m, k // 128), torch.rand(n // 128, k // 128))
+    xq = torch.empty(m, k, dtype=fp8_block.E4M3, device="meta")
+    w = torch.empty(n, k, dtype=fp8_block.E4M3, device="meta")
+    out = F.scaled_mm(xq, w.t(), sa.to("meta"), F.ScalingType.BlockWise1x128, sb.to("meta"),
+                      F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)  # fmt: skip
+    assert out.shape == (m, n) and sa.stride() == (1, m) and sb.shape == (k // 128, n // 128)
+
+
 def test_int4_packing_round_trips_and_gemm_matches_dequantized_math():
     q = torch.randint(0, 16, (256, 32), dtype=torch.int32)
     assert torch.equal(int4.unpack_rows(int4.pack_rows(q)), q)

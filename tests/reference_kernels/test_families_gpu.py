@@ -62,3 +62,20 @@ def test_lora_and_scan_triton_match_torch_and_scan_decode_is_bitwise():
     o1, s1 = linear_attention.scan(q[:, :69], k[:, :69], v[:, :69], gg[:, :69])
     o2, s2 = linear_attention.scan(q[:, 69:], k[:, 69:], v[:, 69:], gg[:, 69:], s1)
     assert torch.equal(torch.cat([o1, o2], 1), o) and torch.equal(s2, s)
+
+
+@pytest.mark.parametrize("pieces", [(256, 256), (300, 212), (504, 1, 1, 1, 1, 1, 1, 1, 1)])
+def test_scan_pieces_of_the_h200_divergence_equal_the_whole_prefill_bitwise(pieces):
+    """The splits the first H200 run diverged on (T % 16 == 0 pieces with a state, decode after a
+    T % 16 != 0 prefill): one binary without FMA contraction makes them bitwise equal."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v = (torch.randn(2, 512, 8, 64, generator=g, device="cuda").bfloat16() for _ in range(3))
+    gg = -(torch.rand(2, 512, 8, generator=g, device="cuda") * 0.29 + 0.01)
+    o, s = linear_attention.scan(q, k, v, gg)
+    outs, st, lo = [], None, 0
+    for n in pieces:
+        oi, st = linear_attention.scan(q[:, lo : lo + n], k[:, lo : lo + n], v[:, lo : lo + n], gg[:, lo : lo + n], st)
+        outs.append(oi)
+        lo += n
+    assert torch.equal(torch.cat(outs, 1).view(torch.int16), o.view(torch.int16))
+    assert torch.equal(st.view(torch.int32), s.view(torch.int32))
