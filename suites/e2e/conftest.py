@@ -222,6 +222,7 @@ def replay_control_target(request: pytest.FixtureRequest) -> Target:
                             "workload co-runs requests and the comparison sees a changed bit, not that the "
                             "target's own kernels would")  # fmt: skip
     t.refresh()
+    t.info = {**(t.info or {}), "implementation": "fake-replay"}  # its records and labels say what it is
     return t
 
 
