@@ -87,8 +87,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=None, help="shared-prefix lengths of the prefix sweep (default: the reported block "
                     "and chunk sizes +-1)")
     group.addoption("--invariance-levels", dest="invariance_levels", metavar="N,N,...", default=None,
-                    help="concurrency levels of the single and mixed e2e sweeps (default 1,2,4,8,16 quick; "
-                    "levels inside a padded engine's buckets show its edges, e.g. 1,2,3,4,5,8,9,16,17)")
+                    help="concurrency levels of the single and mixed e2e sweeps (default: powers of two to 16 "
+                    "quick, 128 full, plus every capture-ladder edge -1, edge, +1: the target's reported ladder, "
+                    "else the vLLM and SGLang defaults)")
+    group.addoption("--invariance-replays", dest="invariance_replays", metavar="K", type=_positive_int, default=None,
+                    help="replays of the e2e replay check's concurrent workload (default 5; at least 2)")
     group.addoption("--invariance-prompts", dest="invariance_prompts", choices=("auto", "ids", "text"),
                     default=None, help="send prompts as token ids or text (auto: text for --invariance-engine "
                     "openai, ids otherwise)")

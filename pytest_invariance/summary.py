@@ -62,6 +62,9 @@ def summary_lines(records: list[dict]) -> list[str]:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in records:
         impl = r["implementation"] + (f" ({r['mode']})" if r.get("mode") else "")
+        target = (r.get("extra") or {}).get("target")  # an e2e server by engine and host
+        if isinstance(target, str) and "@" in target:
+            impl = target + (f" ({r['mode']})" if r.get("mode") else "")
         groups[(r["family"], impl)].append(r)
     lines = []
     width = max((len(f"{f} / {i}") for f, i in groups), default=10)

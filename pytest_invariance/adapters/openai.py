@@ -8,6 +8,7 @@ adapter names tokens by their text (interned to ints, marked ``lossy``); servers
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -95,6 +96,40 @@ class OpenAIAdapter(Adapter):
             data = self.post("/v1/completions", self.body(list(prompts), params))
             return self._choices(data, len(prompts), params, list(prompts))
         raise ValueError("a list request needs all prompts as text or all as token ids")
+
+    def generate_streamed(self, prompt: Prompt, params: GenParams) -> Completion:
+        """One prompt with ``stream: true``: the server's streaming path, its events read in full
+        and joined into one :class:`Completion` (ids, logprobs and text in arrival order)."""
+        url = self.url("/v1/completions")
+        text = self.request("POST", "/v1/completions", {**self.body(prompt, params), "stream": True})
+        if not isinstance(text, str):
+            raise AdapterError(url, "stream", "wrong shape: expected an event stream, got JSON")
+        merged: dict[str, Any] = {"text": "", "token_ids": [], "logprobs": None}
+        lp: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
+        ids_seen = False
+        for line in text.splitlines():
+            if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                continue
+            try:
+                event = json.loads(line[5:])
+            except ValueError:
+                raise AdapterError(url, "stream", f"malformed event {line[:80]!r}") from None
+            for ch in need(event, "choices", url, list, "event"):
+                merged["text"] += need(ch, "text", url, str, "event.choices[]")
+                if isinstance(ch.get("token_ids"), list):
+                    ids_seen = True
+                    merged["token_ids"] += ch["token_ids"]
+                if isinstance(ch.get("prompt_token_ids"), list):
+                    merged["prompt_token_ids"] = ch["prompt_token_ids"]
+                if isinstance(ch.get("logprobs"), dict):
+                    for k in lp:
+                        lp[k] += ch["logprobs"].get(k) or ([None] * len(ch["logprobs"].get("tokens") or []))
+                merged["finish_reason"] = ch.get("finish_reason") or merged.get("finish_reason")
+        if params.logprobs is not None:
+            merged["logprobs"] = lp
+        if not ids_seen:
+            del merged["token_ids"]
+        return self._parse(merged, "stream", url, params, prompt)
 
     # -- response -------------------------------------------------------------------------------
     def _choices(self, data: Any, count: int, params: GenParams, prompts: list[Prompt]) -> list[Completion]:

@@ -35,6 +35,7 @@ _FIELDS = {
     "enable_chunked_prefill": ("scheduler_config", "enable_chunked_prefill"),
     "max_num_seqs": ("scheduler_config", "max_num_seqs"),
     "cudagraph_mode": ("compilation_config", "cudagraph_mode"),
+    "cudagraph_capture_sizes": ("compilation_config", "cudagraph_capture_sizes"),
     "compilation_mode": ("compilation_config", "mode"),
     "tp_size": ("parallel_config", "tensor_parallel_size"),
     "device": ("device_config", "device"),

@@ -39,7 +39,7 @@ def subject(invariance: Any, t: Target, oracle: str, out: Outcome, extra: dict |
                   or getattr(t.adapter, "answered_model", None)},  # the answers name it where /v1/models fails
         "contract": "bitwise", "seed": invariance.seed, "trials": 1, "profile": invariance.profile,
         "extra": {
-            "role": t.role, "server_info": t.config(),
+            "role": t.role, "target": t.name, "server_info": t.config(),
             "mode_check": t.mode_check() or ("consistent" if t.mode else "mode not reported by the server"),
             "engine_log": t.log_path, **(extra or {}),
         },
@@ -55,7 +55,9 @@ def control_of(target: Target, control: Target, ctl_out: Outcome) -> Control:
     show it with invariance off."""
     foreign = engine_identity(target) != engine_identity(control)
     fields: dict[str, Any] = {"foreign": foreign}
-    if foreign:
+    if control.control_note:
+        fields["note"] = control.control_note
+    elif foreign:
         fields["note"] = (f"the control ran on {control.label}, not on the target's engine and model with "
                           "invariance off (--invariance-url-control names one)")  # fmt: skip
     obs = Observation(ctl_out.diverged, {**ctl_out.evidence, "summary": ctl_out.summary}, ctl_out.summary,

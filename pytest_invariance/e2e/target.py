@@ -11,6 +11,7 @@ sizes go into the evidence, so an equal result says whether the requests ever sh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from pytest_invariance.adapters import Adapter, AdapterError, Completion, GenParams, Progress
 from pytest_invariance.adapters.base import DISPATCH, INDEPENDENT, LIST
@@ -40,7 +41,8 @@ class SweepOptions:
     padded engine's buckets need levels inside them, e.g. 5,8,9,16). ``prompts``: ``ids`` or
     ``text`` (for servers that refuse token ids).
     ``evidence``: ``logprobs`` (token ids and logprob bits), ``tokens`` (token ids only) or ``text``
-    (the completion text's bytes), for servers that return no logprobs or no ids."""
+    (the completion text's bytes), for servers that return no logprobs or no ids. ``replays``: K,
+    the replay check's number of replays of its concurrent workload."""
 
     probe_tokens: int | None = None
     neighbour_tokens: tuple[int, ...] | None = None
@@ -48,6 +50,7 @@ class SweepOptions:
     levels: tuple[int, ...] | None = None  # concurrency levels of the single and mixed sweeps
     prompts: str = "ids"
     evidence: str = "logprobs"
+    replays: int = 5  # how often the replay check sends its concurrent workload (--invariance-replays)
 
     def __post_init__(self) -> None:
         if self.prompts not in PROMPT_KINDS:
@@ -60,6 +63,8 @@ class SweepOptions:
                 raise ValueError(f"{name} must be positive integers, got {v!r}")
         if self.levels is not None and len(set(self.levels)) < 2:
             raise ValueError(f"levels must hold at least two distinct concurrencies (one compares nothing), got {self.levels!r}")
+        if self.replays < 2:
+            raise ValueError(f"replays must be at least 2 (one replay compares nothing), got {self.replays!r}")
         if self.probe_tokens is not None and self.probe_tokens < 1:
             raise ValueError(f"probe_tokens must be a positive integer, got {self.probe_tokens!r}")
 
@@ -89,7 +94,8 @@ INFO_KEYS = (
     "device", "device_name", "num_threads", "max_num_seqs", "chunk_size", "chunked_prefill_size",
     "page_size", "block_size", "enable_prefix_cache", "disable_radix_cache", "split_kv", "kernels",
     "unrouted", "fully_invariant_routing", "attention_backend", "sampling_backend", "tp_size", "collective",
-    "gemm_strategy", "splitk_max_m", "split_kv_min_tokens", "batch_mechanisms",
+    "gemm_strategy", "splitk_max_m", "split_kv_min_tokens", "batch_mechanisms", "cuda_graph_buckets",
+    "cuda_graph_bs", "cudagraph_capture_sizes",
     "served_model_name", "model_path", "quantization", "max_model_len", "enforce_eager", "kv_cache_dtype",
     "enable_chunked_prefill", "cudagraph_mode", "compilation_mode", "cuda_graph", "max_running_requests",
     "max_prefill_tokens", "owned_by", "implementation", "version_source",
@@ -109,6 +115,7 @@ class Target:
     dispatch: str = LIST  # how a batch is sent: one list request, or independent jittered requests
     options: SweepOptions = field(default_factory=SweepOptions)
     started_here: bool = False  # the bundled engine this session started (never a --invariance-url)
+    control_note: str | None = None  # what a designed control is, where it is not the target's twin
 
     def __post_init__(self) -> None:
         if self.dispatch not in DISPATCH:
@@ -121,6 +128,15 @@ class Target:
     @property
     def url(self) -> str:
         return self.adapter.base_url
+
+    @property
+    def name(self) -> str:
+        """Short name for progress lines and summaries: a server given by URL by its engine and host
+        (``vllm@127.0.0.1:8000``; it has no mode of ours), the bundled engine started here by its mode."""
+        if self.started_here:
+            return f"{self.engine}[{self.mode or self.expected_mode}]"
+        engine = (self.info or {}).get("implementation") or self.engine  # --invariance-implementation
+        return f"{engine}@{urlsplit(self.url).netloc or self.url}"
 
     @property
     def label(self) -> str:

@@ -67,6 +67,14 @@ def _lengths(config: pytest.Config, name: str) -> tuple[int, ...] | None:
     return values
 
 
+def _replays(config: pytest.Config) -> int:
+    value = option(config, "invariance_replays")
+    try:
+        return int(value) if value is not None else 5
+    except ValueError:
+        raise pytest.UsageError(f"invariance_replays: expected an integer >= 2, got {value!r}") from None
+
+
 def sweep_options(config: pytest.Config, adapter: Adapter | None = None) -> SweepOptions:
     """One :class:`SweepOptions` per session, so a target and its control send and compare alike.
 
@@ -98,7 +106,7 @@ def sweep_options(config: pytest.Config, adapter: Adapter | None = None) -> Swee
         opts = SweepOptions(probe_tokens=probe, neighbour_tokens=_lengths(config, "invariance_neighbour_tokens"),
                             prefix_lengths=_lengths(config, "invariance_prefix_lengths"),
                             levels=_lengths(config, "invariance_levels"), prompts=prompts,
-                            evidence=evidence)  # fmt: skip
+                            evidence=evidence, replays=_replays(config))  # fmt: skip
     except ValueError as exc:
         raise pytest.UsageError(f"e2e sweep options: {exc}") from None
     _OPTIONS[id(config)] = opts
@@ -188,6 +196,25 @@ def shared_rng_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     if preset:
         args += ["--preset", preset]
     return _start(request, tmp_path_factory, True, *args, role="control")
+
+
+@pytest.fixture(scope="session")
+def replay_control_target(request: pytest.FixtureRequest) -> Target:
+    """The replay check's positive control: the planted-bug ``replay`` fake (a reduction whose
+    order is a race, in steps shared by two or more requests), served here on a loopback thread.
+    No engine with invariance off is nondeterministic run to run by design, so this is the control
+    for every target, the bundled engine and a URL alike (its record says so)."""
+    from pytest_invariance.fakes import FakeEngine
+
+    fake = FakeEngine("replay", replay_rate=0.3).start()
+    request.addfinalizer(fake.stop)
+    adapter = make_adapter("vllm", fake.url, retries=2)
+    t = Target(adapter, "control", "invariant", dispatch=_dispatch(request.config), options=sweep_options(request.config),
+               control_note=f"planted-bug fake engine 'replay' at {fake.url} (pytest_invariance.fakes): it proves the "
+                            "workload co-runs requests and the comparison sees a changed bit, not that the "
+                            "target's own kernels would")  # fmt: skip
+    t.refresh()
+    return t
 
 
 # The prefix cache lets identical prompts skip most of their prefill, which removes the batch mixing
