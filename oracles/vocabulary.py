@@ -26,10 +26,11 @@ PERF = "perf"  # speed against stock, recorded beside the verdicts
 WORLD_SIZE = "world-size"  # the same global tensor reduced at TP1, TP2, TP4 (oracles.world)
 SPECULATIVE = "speculative"  # speculative decoding vs plain decoding, same greedy prompts
 LOCALIZE = "localize"  # the first op inside a model whose probe-row output diverged
+WORKLOAD = "workload"  # e2e fuzz: the probe beside generated co-running workloads vs the probe alone
 TENSOR_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING, WORLD_SIZE)  # run on tensors
 OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)  # what every per-op suite row runs
 ORACLES = (*TENSOR_ORACLES, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION, SPECULATIVE,
-           LOCALIZE, PERF)
+           LOCALIZE, PERF, WORKLOAD)
 
 # Verdicts (oracles.verdict decides them)
 INVARIANT = "invariant"
@@ -59,5 +60,5 @@ VERDICT_SYMBOLS = {INVARIANT: "✔", DIVERGENT: "✘", VACUOUS: "∅", INCOMPLET
 ORACLE_SHORT = {
     BATCH_SIZE: "size", BATCH_POSITION: "pos", RUN_TO_RUN: "rerun", CHUNKING: "chunk",
     PREFILL_DECODE: "p/d", CACHE: "cache", UNIQUE_SAMPLES: "uniq", SEEDED_SAMPLING: "seed",
-    PRECISION: "prec", PERF: "perf", WORLD_SIZE: "tp", SPECULATIVE: "spec", LOCALIZE: "loc",
+    PRECISION: "prec", PERF: "perf", WORLD_SIZE: "tp", SPECULATIVE: "spec", LOCALIZE: "loc", WORKLOAD: "fuzz",
 }  # fmt: skip

@@ -1,4 +1,4 @@
-"""``pytest-invariance``: render the matrix, compare with a committed one, serve the bundled engine.
+"""``pytest-invariance``: render the matrix, compare with a committed one, serve the bundled engine, fuzz a URL.
 
 Kept light: importing this module imports neither torch nor pandas; each
 subcommand imports what it needs when it runs. Every user error is one line
@@ -54,6 +54,11 @@ def _build_parser() -> _Parser:
     from .localize.command import add_arguments
 
     add_arguments(loc)
+
+    fz = sub.add_parser("fuzz", help="search for a co-running workload that changes a greedy probe's bits (hypothesis)")
+    from .e2e.fuzz_command import add_arguments as fuzz_arguments
+
+    fuzz_arguments(fz)
 
     sub.add_parser(
         "serve",
@@ -140,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return e.code if isinstance(e.code, int) else EXIT_USAGE
         if args.command == "matrix":
             return _cmd_matrix(args)
+        if args.command == "fuzz":
+            from .e2e.fuzz_command import run as fuzz_main
+
+            return fuzz_main(args)
         if args.command == "localize":
             from .localize.command import main as localize_main
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,11 @@ class Result:
     wall_s: float = 0.0
     shrink_s: float = 0.0
     neighbour_statuses: dict[str, int] = field(default_factory=dict)
+    shrunk: bool = True  # False: hypothesis could not replay the failure, so the workload is as first found
+    replay_variants: int = 1  # distinct probe differences the failing workload gave (the step it co-ran at can move)
+    unreplayed: int = 0  # workloads that changed the probe once and not when sent again at once
+    unreplayed_first: dict | None = None
+    space: Space | None = None  # what was generated (offsets scaled by the measured probe latency)
 
     @property
     def diverged(self) -> bool | None:
@@ -71,11 +76,12 @@ class Result:
 
     def evidence(self) -> dict:
         ev: dict[str, Any] = {"examples": self.generated, "runs": self.runs, "failing_runs": self.failing_runs,
+                              "unreplayed_failures": self.unreplayed,
                               "stopped": self.stopped, "wall_s": round(self.wall_s, 1),
                               "neighbour_statuses": self.neighbour_statuses}  # fmt: skip
         if self.workload is not None:
             ev.update(requests=size(self.workload), first_difference=self.difference, confirm=self.confirm,
-                      shrink_s=round(self.shrink_s, 1),
+                      shrink_s=round(self.shrink_s, 1), shrunk=self.shrunk, replay_variants=self.replay_variants,
                       first={"token_index": self.difference["step"], "batch_size": size(self.workload),
                              "label": f"probe {self.difference['what']} at step {self.difference['step']}"})  # fmt: skip
         if self.nondeterminism is not None:
@@ -94,8 +100,9 @@ class Result:
             return f"run-to-run nondeterminism, not batch dependence: {self.nondeterminism} [{head}]"
         if self.workload is not None:
             d, c = self.difference, self.confirm or {}
+            how = f"shrunk to {size(self.workload)}" if self.shrunk else f"of {size(self.workload)} (as found: not shrunk)"
             return (f"probe differs from the probe alone ({d['what']} at step {d['step']}) beside a workload "
-                    f"shrunk to {size(self.workload)} requests, reproduced {c.get('reproduced')}/{c.get('runs')} "
+                    f"{how} requests, reproduced {c.get('reproduced')}/{c.get('runs')} "
                     f"[{head}, {self.runs} runs with shrinking]")  # fmt: skip
         return f"probe bitwise equal to the probe alone beside every one of {head}"
 
@@ -147,6 +154,12 @@ class _Search:
             self.result.neighbour_statuses[key] = self.result.neighbour_statuses.get(key, 0) + 1
         return got
 
+    def run_once(self, workload: dict) -> dict | None:
+        got = self.send(workload)
+        self.result.runs += 1
+        self.progress()
+        return wire.difference(self.result.alone, got["probe"])
+
     def prop(self, workload: dict) -> None:
         key = json.dumps(workload, sort_keys=True)
         if time.monotonic() > self.deadline():
@@ -155,14 +168,17 @@ class _Search:
                 raise _Stop("time")
             if key not in self.failed_keys:
                 return  # past the shrink budget: only known failures are replayed, nothing new is sent
-        got = self.send(workload)
-        r = self.result
-        r.runs += 1
         if self.found_at is None:
-            r.generated += 1
-        self.progress()
-        d = wire.difference(r.alone, got["probe"])
+            self.result.generated += 1
+        r = self.result
+        d = self.run_once(workload)
         if d is None:
+            return
+        again = self.run_once(workload)  # a failure counts only when the same workload fails again at once
+        if again is None:
+            r.unreplayed += 1
+            if r.unreplayed_first is None:
+                r.unreplayed_first = {"workload": workload, "difference": d}
             return
         r.failing_runs += 1
         self.failed_keys.add(key)
@@ -170,7 +186,7 @@ class _Search:
             self.found_at = time.monotonic()
             r.first = {"workload": workload, "difference": d}
             emit(f"fuzz {self.label}: workload {r.generated} breaks the probe ({d['what']} at step {d['step']}, "
-                 f"{size(workload)} requests); shrinking")  # fmt: skip
+                 f"{size(workload)} requests, twice); shrinking")  # fmt: skip
         if self.smallest is None or size(workload) <= size(self.smallest[0]):
             self.smallest = (workload, d)
         self.last_failing = (workload, d)
@@ -191,6 +207,7 @@ def fuzz(url: str, space: Space, budget: Budget, seed: int, *, headers: dict | N
     r = s.result
     probe_only = {"probe": {"route": "/v1/completions", "body": space.probe_body()}, "neighbours": []}
     try:
+        t0 = time.monotonic()
         r.alone = s.send(probe_only)["probe"]
         again = s.send(probe_only)["probe"]
     except _Stop:
@@ -200,6 +217,7 @@ def fuzz(url: str, space: Space, budget: Budget, seed: int, *, headers: dict | N
         r.nondeterminism = f"the probe alone differed between two runs ({d['what']} at step {d['step']})"
         r.stopped, r.wall_s = "probe alone unstable", time.monotonic() - s.start
         return r
+    r.space = s.space = space = replace(space, probe_ms=max((time.monotonic() - t0) * 500.0, 1.0))
     test = hypothesis_seed(seed)(_settings(budget, database)(given(workloads(space))(s.prop)))
     try:
         test()
@@ -207,36 +225,48 @@ def fuzz(url: str, space: Space, budget: Budget, seed: int, *, headers: dict | N
     except _Stop:
         r.stopped = r.stopped or "error"
     except Flaky:
-        r.nondeterminism = ("a failing workload passed when hypothesis replayed it (the same workload gave "
-                            "different probe answers)")  # fmt: skip
-        r.stopped = "not reproducible"
+        # hypothesis could not replay a failure: confirm the workload as first found, unshrunk
+        r.workload, r.difference = r.first["workload"], r.first["difference"]
+        r.stopped, r.shrunk = "failure found; hypothesis could not replay it reliably, so it is not shrunk", False
     except ProbeDiverged:
         r.workload, r.difference = s.last_failing
         r.stopped = "failure found and shrunk"
         r.shrink_s = time.monotonic() - (s.found_at or s.start)
     if r.workload is not None and r.error is None:
         _confirm(s)
+    if r.workload is None and r.nondeterminism is None and r.unreplayed:
+        r.nondeterminism = (f"{r.unreplayed} workload(s) changed the probe once and not when sent again at once "
+                            "(the same workload gave different probe answers)")  # fmt: skip
+        r.first = r.first or r.unreplayed_first
     r.wall_s = time.monotonic() - s.start
     s.progress(force=True)
     return r
 
 
 def _confirm(s: _Search) -> None:
-    """The shrunk workload and the probe alone, each ``confirm_runs`` times, interleaved."""
+    """The failing workload and the probe alone, each ``confirm_runs`` times, interleaved. The probe
+    alone changing, or the workload never reproducing, is run-to-run nondeterminism; the workload
+    reproducing with different bits from run to run is a workload-triggered divergence that is
+    also nondeterministic (``variants`` > 1), reported as such."""
     r = s.result
-    hits, alone_changed = 0, 0
+    hits, alone_changed, variants = 0, 0, {json.dumps(r.difference, sort_keys=True)}
     probe_only = {"probe": r.workload["probe"], "neighbours": []}
     try:
         for _ in range(s.budget.confirm_runs):
-            hits += wire.difference(r.alone, s.send(r.workload)["probe"]) is not None
+            d = wire.difference(r.alone, s.send(r.workload)["probe"])
+            if d is not None:
+                hits += 1
+                variants.add(json.dumps(d, sort_keys=True))
             alone_changed += wire.difference(r.alone, s.send(probe_only)["probe"]) is not None
     except _Stop:
         return
-    r.confirm = {"runs": s.budget.confirm_runs, "reproduced": hits, "alone_changed": alone_changed}
+    r.confirm = {"runs": s.budget.confirm_runs, "reproduced": hits, "alone_changed": alone_changed,
+                 "distinct_differences": len(variants)}  # fmt: skip
     if alone_changed:
         r.nondeterminism = f"the probe alone changed in {alone_changed}/{s.budget.confirm_runs} confirmation runs"
     elif hits == 0:
-        r.nondeterminism = (f"the shrunk workload did not reproduce in {s.budget.confirm_runs} confirmation runs "
-                            "(timing-dependent or run-to-run)")  # fmt: skip
+        r.nondeterminism = (f"the failing workload did not reproduce in {s.budget.confirm_runs} confirmation runs "
+                            "(the same workload gave different probe answers)")  # fmt: skip
     if r.nondeterminism is not None:
         r.workload = None  # never hand out a workload that does not reproduce as the cause
+    r.replay_variants = len(variants)

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from .params import BY_NAME, CHAT, COMPLETIONS, apply, base_body
 
 PRINTABLE = (32, 127)  # token ids that are printable bytes: valid in any byte-level vocabulary
-MAX_OFFSET_MS = 300
+# Arrivals in percent of the probe-alone latency, before (-) and after (+) the probe: scaled to the
+# target, so a neighbour lands in the probe's prefill or decode on a 20 ms fake and a 1 s CPU engine alike.
+EARLY_PCT, LATE_PCT = 30, 100
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Space:
     max_neighbours: int = 4
     max_n: int = 2
     max_tokens: int = 12
+    probe_ms: float = 500.0  # the probe alone's latency (the search measures it): arrival offsets scale with it
 
     def boundaries(self) -> list[int]:
         """Prompt lengths at the block and chunk edges, -1, edge, +1 (and two blocks), in range."""
@@ -62,6 +65,9 @@ class Space:
             body.update(return_token_ids=True, ignore_eos=True)
         return body
 
+    def offset(self, pct: int) -> int:
+        return round(pct * self.probe_ms / 100)
+
     def prompt(self, ids: list[int]) -> list[int] | str:
         return "".join(chr(i) for i in ids) if self.text_prompts else ids
 
@@ -70,7 +76,7 @@ class Space:
                 "block": self.block, "chunk": self.chunk, "max_len": self.max_len,
                 "prompt_lengths": self.boundaries(), "shared_prefixes": self.prefixes(),
                 "max_neighbours": self.max_neighbours, "max_n": self.max_n, "max_tokens": self.max_tokens,
-                "offsets_ms": [-MAX_OFFSET_MS, MAX_OFFSET_MS], "prompts": "text" if self.text_prompts else "ids"}  # fmt: skip
+                "offsets_ms": [-self.offset(EARLY_PCT), self.offset(LATE_PCT)], "prompts": "text" if self.text_prompts else "ids"}  # fmt: skip
 
 
 def probe_ids(length: int, seed: int) -> tuple[int, ...]:
@@ -97,7 +103,10 @@ def neighbour(draw: st.DrawFn, space: Space) -> dict:
     body = base_body(route, space.model, ids)
     if route == COMPLETIONS:
         body["prompt"] = space.prompt(ids)
-    body["max_tokens"] = draw(st.integers(1, space.max_tokens))
+    # as long as the probe's answer unless drawn otherwise: shrinking ends at a neighbour that lives
+    # through the probe's whole decode, so a shrunk workload does not hang on a few ms of timing
+    p = space.probe_max_tokens
+    body["max_tokens"] = p + draw(st.integers(1 - p, max(space.max_tokens - p, 0)))
     body["temperature"] = 0.0  # OpenAI's default is 1.0: neighbours are greedy unless a draw says otherwise
     n = draw(st.integers(1, space.max_n))
     if n > 1:
@@ -105,7 +114,7 @@ def neighbour(draw: st.DrawFn, space: Space) -> dict:
     optional = {name: BY_NAME[name].strategy for name in space.params[route]}
     for name, value in draw(st.fixed_dictionaries({}, optional=optional)).items():
         apply(body, name, value)
-    req: dict[str, Any] = {"route": route, "body": body, "offset_ms": draw(st.integers(-MAX_OFFSET_MS, MAX_OFFSET_MS))}
+    req: dict[str, Any] = {"route": route, "body": body, "offset_ms": space.offset(draw(st.integers(-EARLY_PCT, LATE_PCT)))}
     if draw(st.booleans()):
         body["stream"] = True
     if body.get("stream"):
