@@ -124,8 +124,8 @@ def _record(target: Any, out: Any, ctl: Any, extra: dict, seed: int) -> dict:
 def run(a: argparse.Namespace) -> int:
     """The subcommand's body (``a`` from :func:`add_arguments`); returns the exit status."""
     from .checks import control_of
-    from .fuzzing import Budget, FuzzOptions, outcome, record_extra, run_fuzz
     from .fuzzing import CONTROL_BUDGET as CB
+    from .fuzzing import Budget, FuzzOptions, outcome, record_extra, run_fuzz
 
     stack: list = []
     try:

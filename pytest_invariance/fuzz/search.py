@@ -62,7 +62,7 @@ class Result:
     wall_s: float = 0.0
     shrink_s: float = 0.0
     neighbour_statuses: dict[str, int] = field(default_factory=dict)
-    shrunk: bool = True  # False: hypothesis could not replay the failure, so the workload is as first found
+    shrunk: bool = True  # False: hypothesis's replay was flaky: the smallest workload seen failing twice
     replay_variants: int = 1  # distinct probe differences the failing workload gave (the step it co-ran at can move)
     unreplayed: int = 0  # workloads that changed the probe once and not when sent again at once
     unreplayed_first: dict | None = None
@@ -100,7 +100,7 @@ class Result:
             return f"run-to-run nondeterminism, not batch dependence: {self.nondeterminism} [{head}]"
         if self.workload is not None:
             d, c = self.difference, self.confirm or {}
-            how = f"shrunk to {size(self.workload)}" if self.shrunk else f"of {size(self.workload)} (as found: not shrunk)"
+            how = f"shrunk to {size(self.workload)}" if self.shrunk else f"of {size(self.workload)} (shrinking cut short)"
             return (f"probe differs from the probe alone ({d['what']} at step {d['step']}) beside a workload "
                     f"{how} requests, reproduced {c.get('reproduced')}/{c.get('runs')} "
                     f"[{head}, {self.runs} runs with shrinking]")  # fmt: skip
@@ -225,9 +225,10 @@ def fuzz(url: str, space: Space, budget: Budget, seed: int, *, headers: dict | N
     except _Stop:
         r.stopped = r.stopped or "error"
     except Flaky:
-        # hypothesis could not replay a failure: confirm the workload as first found, unshrunk
-        r.workload, r.difference = r.first["workload"], r.first["difference"]
-        r.stopped, r.shrunk = "failure found; hypothesis could not replay it reliably, so it is not shrunk", False
+        # hypothesis could not replay a failure: the smallest workload seen failing twice, confirmed below
+        r.workload, r.difference = s.smallest or (r.first["workload"], r.first["difference"])
+        r.stopped, r.shrunk = "failure found; hypothesis's replay was flaky, so shrinking stopped early", False
+        r.shrink_s = time.monotonic() - (s.found_at or s.start)
     except ProbeDiverged:
         r.workload, r.difference = s.last_failing
         r.stopped = "failure found and shrunk"
