@@ -17,7 +17,6 @@ from pytest_invariance.fakes import FakeEngine
 from pytest_invariance.fuzz import wire
 from pytest_invariance.fuzz.strategies import size
 
-
 STEP_S = 0.02  # 20 ms engine steps: requests that overlap co-run despite a loaded machine's thread jitter
 
 
