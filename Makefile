@@ -8,6 +8,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# make test's fuzz budget (suites/e2e/test_fuzz.py): a few workloads; the e2e suites run alone use the profile's
+FUZZ_BUDGET ?= --invariance-fuzz-examples 4 --invariance-fuzz-time 30 --invariance-fuzz-dir reports/_scratch/fuzz
 REPORT_DIR ?= reports/demo
 
 SGLANG_OUT ?= reports/_scratch/sglang-driver
@@ -29,7 +31,7 @@ $(STAMP): pyproject.toml
 # The second pass runs the shipped suites' Triton reference kernels under the
 # Triton interpreter (CPU, tiny shapes): the same kernels the GPU compiles.
 test: $(STAMP)
-	@$(PY) -m pytest -n 2 --dist loadgroup -q tests suites $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n 2 --dist loadgroup -q tests suites $(FUZZ_BUDGET) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest ran no tests"; exit 1; fi; \
 	TRITON_INTERPRET=1 $(PY) -m pytest -n 2 -q -p no:cacheprovider suites/ops -k "cpu and reference-triton"; rc2=$$?; \
 	if [ $$rc2 -eq 5 ]; then echo "make test: no interpreter suite rows ran"; exit 1; fi; \

@@ -28,10 +28,11 @@ WORLD_SIZE = "world-size"  # the same global tensor reduced at TP1, TP2, TP4 (or
 SPECULATIVE = "speculative"  # speculative decoding vs plain decoding, same greedy prompts
 LOCALIZE = "localize"  # the first op inside a model whose probe-row output diverged
 NEIGHBOURS = "neighbours"  # the same probe and batch size, neighbours' per-row parameters changed (LoRA ids)
+WORKLOAD = "workload"  # e2e fuzz: the probe beside generated co-running workloads vs the probe alone
 TENSOR_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN, CHUNKING, WORLD_SIZE)  # run on tensors
 OP_ORACLES = (BATCH_SIZE, BATCH_POSITION, RUN_TO_RUN)  # what every per-op suite row runs
 ORACLES = (*TENSOR_ORACLES, NEIGHBOURS, PREFILL_DECODE, CACHE, UNIQUE_SAMPLES, SEEDED_SAMPLING, PRECISION,
-           SPECULATIVE, LOCALIZE, PERF)
+           SPECULATIVE, LOCALIZE, PERF, WORKLOAD)
 
 # Verdicts (oracles.verdict decides them)
 INVARIANT = "invariant"
@@ -68,4 +69,5 @@ ORACLE_SHORT = {
     BATCH_SIZE: "size", BATCH_POSITION: "pos", RUN_TO_RUN: "rerun", CHUNKING: "chunk",
     PREFILL_DECODE: "p/d", CACHE: "cache", UNIQUE_SAMPLES: "uniq", SEEDED_SAMPLING: "seed",
     PRECISION: "prec", PERF: "perf", WORLD_SIZE: "tp", SPECULATIVE: "spec", LOCALIZE: "loc", NEIGHBOURS: "nbr",
+    WORKLOAD: "fuzz",
 }  # fmt: skip

@@ -1,5 +1,5 @@
 """``pytest-invariance``: render the matrix, compare with a committed one, serve the bundled engine,
-launch any engine under the reference kernels and print its op census.
+launch any engine under the reference kernels and print its op census, measure power, fuzz a URL.
 
 Kept light: importing this module imports neither torch nor pandas; each
 subcommand imports what it needs when it runs. Every user error is one line
@@ -72,6 +72,10 @@ def _build_parser() -> _Parser:
     from .power.command import add_arguments as add_power_arguments
 
     add_power_arguments(pw)
+    fz = sub.add_parser("fuzz", help="search for a co-running workload that changes a greedy probe's bits (hypothesis)")
+    from .e2e.fuzz_command import add_arguments as fuzz_arguments
+
+    fuzz_arguments(fz)
 
     sub.add_parser(
         "serve",
@@ -175,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .launch.report import main as census_main
 
             return census_main(args)
+        if args.command == "fuzz":
+            from .e2e.fuzz_command import run as fuzz_main
+
+            return fuzz_main(args)
         if args.command == "localize":
             from .localize.command import main as localize_main
 

@@ -96,6 +96,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "else the vLLM and SGLang defaults)")
     group.addoption("--invariance-replays", dest="invariance_replays", metavar="K", type=_positive_int, default=None,
                     help="replays of the e2e replay check's concurrent workload (default 5; at least 2)")
+    group.addoption("--invariance-fuzz-examples", dest="invariance_fuzz_examples", metavar="N", type=_positive_int,
+                    default=None, help="workloads the e2e fuzz check generates (default by profile: quick 50, full 200)")
+    group.addoption("--invariance-fuzz-time", dest="invariance_fuzz_time", metavar="S",
+                    type=positive_seconds("--invariance-fuzz-time"), default=None,
+                    help="wall-clock budget of the e2e fuzz search, shrinking apart (default quick 300 s, full 1200 s)")
+    group.addoption("--invariance-fuzz-dir", dest="invariance_fuzz_dir", metavar="DIR", default=None,
+                    help="where the fuzz check keeps its example database and writes reproducers (default: "
+                    "DIR/fuzz of --invariance-report, else ./invariance-fuzz)")
     group.addoption("--invariance-prompts", dest="invariance_prompts", choices=("auto", "ids", "text"),
                     default=None, help="send prompts as token ids or text (auto: text for --invariance-engine "
                     "openai, ids otherwise)")
@@ -113,6 +121,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--invariance-target-mode", dest="invariance_target_mode", choices=("invariant", "default"),
                     default=None, help="the --invariance-url target's mode for records, where the server reports "
                     "none (invariant: it runs under pytest-invariance launch); the control is then default")
+    for key in ("fuzz_examples", "fuzz_time", "fuzz_dir"):
+        parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)
     for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "levels", "prompts", "evidence", "implementation",
                 "target_version", "gpus", "target_mode"):
         parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)

@@ -95,6 +95,43 @@ prc=$?
 "$HPY" scripts/e2e_gate.py check "$RUN_TOK" --implementation vllm --pytest-rc "$prc" --append-to "$RECORDS" \
   --no-need-divergent || gate=1
 
+# 4c. The workload fuzzer (issue 28) on the default-mode server, vLLM its own control: hypothesis
+#     searches for a co-running workload that changes a greedy probe's bits and shrinks it. A finding,
+#     not a gate (--no-need-divergent); a shrunk workload and its reproducer are kept under
+#     reports/cpu/fuzz/ and the reproducer is run alone, by itself, against the same server.
+RUN_FZ=$WORK/run-fuzz.jsonl
+rm -f "$RUN_FZ"
+t0=$(date +%s)
+timeout 420 "$HPY" -m pytest -q -p no:cacheprovider suites/e2e/test_fuzz.py -k inverse \
+  --invariance-url "$URL" --invariance-url-control "$URL" --invariance-engine vllm \
+  --invariance-fuzz-dir "$WORK/fuzz" --invariance-records "$RUN_FZ" >"$WORK/pytest-fuzz.log" 2>&1
+prc=$?
+sed "s/^/  the pytest run above said -> /" <(tail -1 "$WORK/pytest-fuzz.log")
+say "fuzz: pytest rc $prc in $(( $(date +%s) - t0 )) s"
+"$HPY" scripts/e2e_gate.py check "$RUN_FZ" --implementation vllm --pytest-rc "$prc" --append-to "$RECORDS" \
+  --no-need-divergent || gate=1
+REPRO=$("$HPY" -c "import json,sys; rs=[json.loads(l) for l in open(sys.argv[1])]; print(next((r['extra']['reproducer'] for r in rs if r['extra'].get('reproducer')), ''))" "$RUN_FZ" 2>/dev/null)
+if [ -n "$REPRO" ]; then
+  KEEP="$(dirname "$RECORDS")/fuzz"
+  mkdir -p "$KEEP" && cp "$REPRO" "${REPRO%.py}.json" "$KEEP/"
+  say "fuzz: shrunk workload kept as $KEEP/$(basename "$REPRO"); running it alone:"
+  timeout 120 "$HPY" -I "$KEEP/$(basename "$REPRO")" "$URL" --runs 3 | sed "s/^/  reproducer -> /"
+fi
+
+# 4d. Run-to-run under concurrency (issue 28): one concurrent workload replayed K times on the
+#     default-mode server, the planted-bug replay fake its control. The server is in default mode,
+#     so the mode check flags it (this check needs no batch invariance: its record is the finding).
+RUN_RP=$WORK/run-replay.jsonl
+rm -f "$RUN_RP"
+t0=$(date +%s)
+timeout 420 "$HPY" -m pytest -q -p no:cacheprovider suites/e2e/test_replay.py -k "not inverse" \
+  --invariance-url "$URL" --invariance-engine vllm --invariance-records "$RUN_RP" >"$WORK/pytest-replay.log" 2>&1
+prc=$?
+sed "s/^/  the pytest run above said -> /" <(tail -1 "$WORK/pytest-replay.log")
+say "replay: pytest rc $prc in $(( $(date +%s) - t0 )) s"
+"$HPY" scripts/e2e_gate.py check "$RUN_RP" --implementation vllm --pytest-rc "$prc" --append-to "$RECORDS" \
+  --no-need-divergent || gate=1
+
 # 5. Batch-invariant mode (VLLM_BATCH_INVARIANT=1): if it starts, its invariance tests run with the
 #    default server as the control; if it dies, an `unsupported` record with the engine's error line.
 BI_PORT=$((PORT + 1))

@@ -272,3 +272,28 @@ def speculative_control_target(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Target:
     return _speculative(request, tmp_path_factory, False)
+
+
+@pytest.fixture(scope="session")
+def fuzz_options(request: pytest.FixtureRequest):
+    """The fuzz check's budget (``--invariance-fuzz-examples`` / ``-time``, else by profile) and its
+    directory (``--invariance-fuzz-dir``, else ``fuzz/`` under ``--invariance-report``, else
+    ``./invariance-fuzz``): example database and reproducers."""
+    from pytest_invariance.e2e.fuzzing import options
+    from pytest_invariance.plugin import positive_int, positive_seconds
+
+    cfg = request.config
+    values = {}
+    for name, parse in (("invariance_fuzz_examples", positive_int()), ("invariance_fuzz_time", positive_seconds("invariance_fuzz_time"))):
+        raw = option(cfg, name)
+        try:
+            values[name] = parse(str(raw)) if raw is not None else None
+        except Exception as exc:  # noqa: BLE001 - argparse's ArgumentTypeError: one line, the value named
+            raise pytest.UsageError(f"{name}: {exc}") from None
+    report = option(cfg, "invariance_report")
+    directory = option(cfg, "invariance_fuzz_dir") or (str(Path(report) / "fuzz") if report else "invariance-fuzz")
+    profile = option(cfg, "invariance_profile") or "quick"
+    probe = option(cfg, "invariance_probe_tokens")
+    return options(profile, Path(directory), values["invariance_fuzz_examples"], values["invariance_fuzz_time"],
+                   int(probe) if probe else None)
+
