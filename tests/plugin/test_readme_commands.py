@@ -32,6 +32,8 @@ EXERCISED = {
     "--invariance-records reports/records.jsonl": "tests/plugin/test_readme_commands.py::test_per_op_command_selects_suite_rows",
     "pytest test_my_linear.py --invariance-limit 17": "tests/plugin/test_readme_example.py::test_readme_fixture_example_runs_as_pasted",
     "pytest-invariance matrix reports/records.jsonl --out reports/": "tests/plugin/test_cli.py::test_matrix_renders_and_prints_paths",
+    "pytest-invariance fuzz http://127.0.0.1:8000 --engine vllm":
+        "tests/fuzz/test_fuzz_cli.py::test_divergent_target_exits_1_with_its_workload_and_reproducer",
 }
 
 
