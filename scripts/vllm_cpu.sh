@@ -23,6 +23,15 @@ TAG=vllm_cpu
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
 trap stop_all EXIT
+# The step's own budget (.ci/run bounds it at 1800 s): the optional parts below start only while
+# enough of it is left, else a loud SKIP line says which part and why, and no record claims it ran.
+STEP_BUDGET=${VLLM_STEP_BUDGET:-1680}
+left() { echo $(( STEP_BUDGET - ($(date +%s) - START) )); }
+fits() {  # fits NEED NAME
+  local l; l=$(left)
+  if [ "$l" -lt "$1" ]; then say "SKIP $2: $l s of the step's $STEP_BUDGET s left, it needs $1 s"; return 1; fi
+}
+cap() { local l; l=$(( $(left) - 60 )); echo $(( l < $1 ? l : $1 )); }  # cap LIMIT: a timeout inside the budget
 
 mkdir -p "$WORK" "$(dirname "$RECORDS")"
 [ -x "$HPY" ] || { echo "vllm_cpu: $HPY missing (run make venv first)" >&2; exit 1; }
@@ -99,10 +108,12 @@ prc=$?
 #     searches for a co-running workload that changes a greedy probe's bits and shrinks it. A finding,
 #     not a gate (--no-need-divergent); a shrunk workload and its reproducer are kept under
 #     reports/cpu/fuzz/ and the reproducer is run alone, by itself, against the same server.
+if fits 300 fuzz; then
 RUN_FZ=$WORK/run-fuzz.jsonl
 rm -f "$RUN_FZ"
 t0=$(date +%s)
-timeout 420 "$HPY" -m pytest -q -p no:cacheprovider suites/e2e/test_fuzz.py -k inverse \
+timeout "$(cap 420)" "$HPY" -m pytest -q -p no:cacheprovider suites/e2e/test_fuzz.py -k inverse \
+  --invariance-fuzz-examples "${VLLM_FUZZ_EXAMPLES:-24}" --invariance-fuzz-time "${VLLM_FUZZ_TIME:-180}" \
   --invariance-url "$URL" --invariance-url-control "$URL" --invariance-engine vllm \
   --invariance-fuzz-dir "$WORK/fuzz" --invariance-records "$RUN_FZ" >"$WORK/pytest-fuzz.log" 2>&1
 prc=$?
@@ -117,20 +128,23 @@ if [ -n "$REPRO" ]; then
   say "fuzz: shrunk workload kept as $KEEP/$(basename "$REPRO"); running it alone:"
   timeout 120 "$HPY" -I "$KEEP/$(basename "$REPRO")" "$URL" --runs 3 | sed "s/^/  reproducer -> /"
 fi
+fi
 
 # 4d. Run-to-run under concurrency (issue 28): one concurrent workload replayed K times on the
 #     default-mode server, the planted-bug replay fake its control. The server is in default mode,
 #     so the mode check flags it (this check needs no batch invariance: its record is the finding).
+if fits 240 replay; then
 RUN_RP=$WORK/run-replay.jsonl
 rm -f "$RUN_RP"
 t0=$(date +%s)
-timeout 420 "$HPY" -m pytest -q -p no:cacheprovider suites/e2e/test_replay.py -k "not inverse" \
+timeout "$(cap 420)" "$HPY" -m pytest -q -p no:cacheprovider suites/e2e/test_replay.py -k "not inverse" \
   --invariance-url "$URL" --invariance-engine vllm --invariance-records "$RUN_RP" >"$WORK/pytest-replay.log" 2>&1
 prc=$?
 sed "s/^/  the pytest run above said -> /" <(tail -1 "$WORK/pytest-replay.log")
 say "replay: pytest rc $prc in $(( $(date +%s) - t0 )) s"
 "$HPY" scripts/e2e_gate.py check "$RUN_RP" --implementation vllm --pytest-rc "$prc" --append-to "$RECORDS" \
   --no-need-divergent || gate=1
+fi
 
 # 5. Batch-invariant mode (VLLM_BATCH_INVARIANT=1): if it starts, its invariance tests run with the
 #    default server as the control; if it dies, an `unsupported` record with the engine's error line.
@@ -159,7 +173,7 @@ else
     --version "$VERSION" --model tiny-llama --dtype bfloat16 \
     --reason "VLLM_BATCH_INVARIANT=1 on the CPU build: the server died at warm-up (${why:-no error line}${where:+ at $where}); without a GPU vLLM runs on its Triton placeholder, so the batch-invariant Triton kernels cannot launch"
 fi
-bash scripts/vllm_launch.sh "$URL" || gate=1  # vLLM under pytest-invariance launch, this server as its control (issue 30)
+if fits 700 launch; then timeout "$(cap 1100)" bash scripts/vllm_launch.sh "$URL" || gate=1; fi  # vLLM under pytest-invariance launch, this server as its control (issue 30)
 stop_all
 say "done in $(( $(date +%s) - START )) s (records: $RECORDS; logs: $WORK/)"
 exit "$gate"

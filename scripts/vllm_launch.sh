@@ -23,6 +23,7 @@ TAG=vllm_launch
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
 trap stop_all EXIT
+trap "exit 143" TERM  # a timeout from the caller still stops the servers (the EXIT trap runs)
 
 [ -x "$VENV/bin/python" ] || skip "$VENV missing (scripts/vllm_cpu.sh makes it)"
 [ -f "$MODEL/config.json" ] || skip "$MODEL missing (scripts/vllm_cpu.sh makes it)"
