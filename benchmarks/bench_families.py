@@ -135,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default=None, help="cuda (default where available) or cpu")
     ap.add_argument("--families", default=",".join(FAMILIES))
     args = ap.parse_args(argv)
+    from functools import partial
+
     import torch
+    from pytest_invariance.reference_kernels.device import library_refusal
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -147,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         if family not in args.families.split(","):
             continue
         sizes = [s for s in VERDICT_SIZES if s <= pool(0).shape[0]]
+        refused = {n: why for n, fn in stocks.items() if (why := library_refusal(partial(rows(fn), pool(0)[:1])))}
+        for name, why in refused.items():  # the installed library refuses this stock: unsupported, not a crash
+            print(f"bench_families: {family} {name} unsupported: {why}")
+            writer.write(case=f"{family}[{name}]", family=family, implementation=name, verdict="unsupported",
+                         evidence={"error": why}, quantization="bf16", dtype=torch.bfloat16, shape=shape, cost=None)  # fmt: skip
+        stocks = {n: fn for n, fn in stocks.items() if n not in refused}
         verdicts = {name: quick_verdict(rows(fn), rows(mutant), [pool(0), pool(1)], sizes)
                     for name, fn in {"reference": ref, **stocks}.items()}  # fmt: skip
         for m in SIZES[device] if family != "linear-attention" else (1, 8, 64):

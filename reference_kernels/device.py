@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 BACKENDS = ("auto", "triton", "interpret", "torch")
@@ -58,3 +59,21 @@ def sm_count(device: Any) -> int:
     import torch
 
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+# The installed library's words for "no kernel for this configuration here" (cuBLASLt's heuristic finding
+# no algorithm: block-scaled F.scaled_mm on torch 2.11+cu130, H200). Narrow on purpose: any other error
+# is a real failure and propagates.
+LIBRARY_REFUSALS = ("CUBLAS_STATUS_NOT_SUPPORTED",)
+
+
+def library_refusal(call: Callable[[], object]) -> str | None:
+    """Run ``call()`` once; the one-line cause if the installed library refuses it, None when it runs."""
+    try:
+        call()
+    except RuntimeError as exc:
+        line = (str(exc).strip().splitlines() or [""])[0]
+        if not any(word in line for word in LIBRARY_REFUSALS):
+            raise
+        return f"{type(exc).__name__}: {line}"
+    return None

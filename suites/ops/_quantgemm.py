@@ -26,6 +26,16 @@ def shape(model: str, layer: str, k: int, n: int) -> dict:
     return {"label": f"{model}.{layer}", "model": model, "layer": layer, "K": k, "N": n}
 
 
+def record_unsupported(invariance, family: str, name: str, oracle: str, quant: str, shp: dict,
+                       why: str | None) -> bool:  # fmt: skip
+    """Record ``unsupported`` with ``why`` (a stock this torch/GPU cannot run); False, nothing recorded, if None."""
+    if why is None:
+        return False
+    invariance.record(family=family, implementation=name, oracle=oracle, verdict="unsupported", quantization=quant,
+                      shape=record_shape(shp), extra={"reason": why})  # fmt: skip
+    return True
+
+
 def run_gemm_check(invariance, family: str, device: str, name: str, quant: str, shp: dict, oracle: str,
                    weights: tuple, mutant: Callable, mutant_name: str, extra: dict) -> None:  # fmt: skip
     """The batch / position / run-to-run check of ``fn(x, *weights)`` on bf16 rows of width K."""
@@ -45,9 +55,19 @@ def run_gemm_check(invariance, family: str, device: str, name: str, quant: str, 
     else:
         control, control_name = mutant, mutant_name
     k = shp["K"]
+
+    def make(seed: int):
+        return wide((max(batch), k), seed, device, torch.bfloat16)
+
+    if kernel.role == "stock":  # its first call: a library that refuses it makes the row unsupported
+        from pytest_invariance.reference_kernels.device import library_refusal
+
+        why = library_refusal(lambda: kernel.fn(make(0)[:1], *weights))
+        if record_unsupported(invariance, family, name, oracle, quant, shp, why):
+            return
     invariance.check(
         lambda x: kernel.fn(x, *weights),
-        lambda seed: wide((max(batch), k), seed, device, torch.bfloat16),
+        make,
         oracle=oracle, control=lambda x: control(x, *weights), control_name=control_name,
         family=family, implementation=name, quantization=quant, dtype=torch.bfloat16,
         shape=record_shape(shp), expect=expect_of(kernel, oracle), batch_sizes=batch,

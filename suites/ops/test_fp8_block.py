@@ -2,7 +2,8 @@
 
 Family ``fp8-block-gemm`` (``fn(x[M, K], w_fp8[N, K], w_scale[N/128, K/128]) -> bf16``; the kernel
 quantizes each token in 1x128 groups itself): stock dequantize + ``F.linear``, stock
-``F.scaled_mm`` with block recipes (CUDA sm90+, ``unsupported`` where it cannot run), the
+``F.scaled_mm`` with block recipes (CUDA sm90+; ``unsupported`` where it cannot run or cuBLASLt
+refuses it at its first call, as on torch 2.11+cu130 / H200), the
 reference, the small-batch split-K mutant and registered kernels x layers x batch-size,
 batch-position and run-to-run. The CPU shape has N = 320 (a partial weight block). Controls:
 ``mutant:fp8-block-splitk`` (batch oracles), its split chosen per call (run-to-run).
@@ -16,7 +17,7 @@ import pytest
 from pytest_invariance.oracles.vocabulary import FP8_BLOCK
 
 from ._familysuite import params
-from ._quantgemm import GROUP, gemm_variants, run_gemm_check, shape
+from ._quantgemm import GROUP, gemm_variants, record_unsupported, run_gemm_check, shape
 
 torch = pytest.importorskip("torch")
 
@@ -43,10 +44,8 @@ def test_fp8_block_gemm(invariance, device, name, quant, shp, oracle):
     from pytest_invariance.reference_kernels.fp8_block import scaled_mm_blockwise_unavailable
     from pytest_invariance.reference_kernels.mutants.quant_gemm_mutants import fp8_block_splitk
 
-    if name == "torch-scaled-mm" and (why := scaled_mm_blockwise_unavailable(device)):
-        invariance.record(family=FAMILY, implementation=name, oracle=oracle, verdict="unsupported",
-                          quantization=quant, shape={k: v for k, v in shp.items() if k != "label"},
-                          extra={"reason": why})  # fmt: skip
+    if name == "torch-scaled-mm" and record_unsupported(invariance, FAMILY, name, oracle, quant, shp,
+                                                         scaled_mm_blockwise_unavailable(device)):  # fmt: skip
         return
     run_gemm_check(invariance, FAMILY, device, name, quant, shp, oracle, _weight(shp["N"], shp["K"], device),
                    fp8_block_splitk, "mutant:fp8-block-splitk", {"activation": "1x128 groups", "weight": "128x128 blocks"})  # fmt: skip
