@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
 import random
 import re
@@ -14,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from matrix_html import blob
 from synthetic_records import CPU, divergent_evidence, rec
 
 from pytest_invariance.expect import ExpectedMatrixError, compare_with_expected
@@ -160,12 +159,6 @@ def test_render_writes_five_files_with_cells(tmp_path: Path) -> None:
     assert hit.iloc[0]["cost_ratio"] == 0.93 and hit.iloc[0]["contract"] == "bitwise"
 
 
-def _blob(html: str) -> dict:
-    """The document matrix.html loads on demand: cell evidence and plots (gzip + base64)."""
-    (packed,) = re.findall(r'<script type="application/gzip\+base64" id="inv-data">([^<]*)</script>', html)
-    return json.loads(gzip.decompress(base64.b64decode(packed)))
-
-
 def test_html_is_self_contained_coloured_and_has_plots(tmp_path: Path) -> None:
     html = render_matrix(_records(), tmp_path)["html"].read_text()
     assert "<link" not in html and "src=" not in html  # one file: inline CSS, SVG and filter script
@@ -173,7 +166,7 @@ def test_html_is_self_contained_coloured_and_has_plots(tmp_path: Path) -> None:
     cell = re.search(r'<td class="cell v-divergent" data-hw="NVIDIA H200 · cc 9.0"><details data-c="(\d+)">'
                      r"<summary>✘ size ✔ rerun</summary></details></td>", html)  # fmt: skip
     assert cell is not None
-    doc = _blob(html)  # the evidence is loaded when the cell opens, not inlined
+    doc = blob(html)  # the evidence is loaded when the cell opens, not inlined
     assert doc["cells"][int(cell.group(1))].startswith('<div class="o v-divergent">batch-size: divergent (first N=16')
     assert '<td class="cell v-vacuous"' in html
     assert '<details class="controls"><summary>Positive controls</summary>' in html
@@ -368,5 +361,5 @@ def test_localization_drift_is_plotted_with_its_culprit(tmp_path: Path) -> None:
 
     ((label, layers, culprit),) = drift_series([loc])
     assert layers == [("model.layers.0", 3.0), ("model.layers.1", 300.0)] and culprit == "model.layers.0.mlp.down_proj"
-    plots = " ".join(_blob(render_matrix([loc], tmp_path)["html"].read_text())["plots"].values())
+    plots = " ".join(blob(render_matrix([loc], tmp_path)["html"].read_text())["plots"].values())
     assert "Localization: drift after the culprit" in plots and "model.layers.0 max ULP 3 (culprit inside)" in plots

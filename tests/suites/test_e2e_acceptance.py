@@ -13,6 +13,7 @@ import time
 
 import pytest
 from fake_server import closed_port_url
+from matrix_html import blob
 
 from pytest_invariance.adapters.bundled import BundledEngine, missing_engine_deps
 
@@ -83,5 +84,6 @@ def test_demo_default_diverges_invariant_does_not(tmp_path):
     # (token flips on a 2-core CPU depend on arrival timing; logprob bits do not need a near-tie).
     assert inv["control"]["diverged"] and (ctl["unique"] > 1 or ctl["bitwise_differing_samples"] > 0)
     html = (out / "matrix.html").read_text()
-    assert "<svg" in html and "Engine: unique samples vs concurrency" in html
+    plots = " ".join(blob(html)["plots"].values())  # plots load on demand from the page's embedded document
+    assert "<svg" in plots and "Engine: unique samples vs concurrency" in plots
     assert "default:" in res.stdout and "invariant: " in res.stdout and "1 unique" in res.stdout
