@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from _common import PerfWriter, bench_ms, cost, quick_verdict, ring
+from _common import PerfWriter, bench_graph_ms, bench_ms, cost, quick_verdict, ring
 
 FAMILIES = ("add-rmsnorm", "rmsnorm-fp8-quant", "fp8-block-gemm", "int4-gemm", "lora", "linear-attention")
 SIZES = {"cuda": (1, 16, 256, 4096), "cpu": (1, 16, 64)}
@@ -36,6 +36,15 @@ def cpu_ms(fn: Callable, inputs: list, repeats: int = 7) -> float:
         fn(*x)
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def graph_ms(family: str, name: str, fn: Callable, inputs: list) -> float | None:
+    """CUDA-graph time, or None (said in one line) where ``fn`` cannot be captured."""
+    try:
+        return bench_graph_ms(fn, inputs)
+    except RuntimeError as exc:
+        print(f"bench_families: {family} {name}: no CUDA-graph time: {str(exc).splitlines()[0][:120]}")
+        return None
 
 
 def cases(device: str):
@@ -166,20 +175,35 @@ def main(argv: list[str] | None = None) -> int:
                 timer = bench_ms
             else:
                 timer = cpu_ms
-            times = {name: timer(fn, inputs) for name, fn in {"reference": ref, **stocks}.items()}
+            impls = {"reference": ref, **stocks}
+            times = {name: timer(fn, inputs) for name, fn in impls.items()}
+            # under a CUDA graph (launch excluded), as engines replay decode steps
+            graph = {name: graph_ms(family, name, fn, inputs) for name, fn in impls.items()} if device == "cuda" else {}
             fastest = min((n for n in stocks), key=lambda n: times[n])
+            graphed = [n for n in stocks if graph.get(n) is not None]
+            if graph.get("reference") is None or not graphed:
+                graph = {}
+            fastest_graph = min(graphed, key=lambda n: graph[n]) if graph else None
             for name, ms in times.items():
                 v, ev, ctl = verdicts[name]
                 writer.write(case=f"{family}[{name}-M{m}]", family=family, implementation=name, verdict=v, evidence=ev,
                              control=ctl, quantization="bf16", dtype=torch.bfloat16, shape={**shape, "M": m},
                              cost=cost(ms, times[fastest], fastest, method="do_bench median over a ring past L2"
                                        if device == "cuda" else "median of 7 perf_counter calls"),
-                             extra={"stock_ms": {n: times[n] for n in stocks}})  # fmt: skip
-            table.append((family, m, times["reference"], fastest, times[fastest], verdicts["reference"][0]))
+                             extra={"stock_ms": {n: times[n] for n in stocks},
+                                    **({"graph": cost(graph[name], graph[fastest_graph], fastest_graph,
+                                                      method="CUDA graph replay, CUDA events, ring past L2"),
+                                        "stock_graph_ms": {n: graph[n] for n in graphed}}
+                                       if graph.get(name) is not None else {})})  # fmt: skip
+            g = (graph["reference"], fastest_graph, graph[fastest_graph]) if graph else None
+            table.append((family, m, times["reference"], fastest, times[fastest], verdicts["reference"][0], g))
     print(f"records: {writer.path}")
-    print(f"{'family':<18}{'M':>6}{'ref ms':>10}  {'fastest stock':<18}{'ms':>9}{'ratio':>7}  ref verdict")
-    for family, m, r, name, s, v in table:
-        print(f"{family:<18}{m:>6}{r:>10.4f}  {name:<18}{s:>9.4f}{s / r:>7.2f}  {v}")
+    print("ratio = fastest stock's time / the reference's (>= 1: the reference is faster); eager, and graph")
+    print(f"{'family':<18}{'M':>6}{'ref ms':>10}  {'fastest stock':<18}{'ms':>9}{'ratio':>7}"
+          f"{'graph ref':>11}  {'graph stock':<18}{'ms':>9}{'ratio':>7}  ref verdict")  # fmt: skip
+    for family, m, r, name, s, v, g in table:
+        gcols = f"{g[0]:>11.4f}  {g[1]:<18}{g[2]:>9.4f}{g[2] / g[0]:>7.2f}" if g else f"{'-':>11}  {'':<18}{'':>9}{'':>7}"
+        print(f"{family:<18}{m:>6}{r:>10.4f}  {name:<18}{s:>9.4f}{s / r:>7.2f}{gcols}  {v}")
     return 0
 
 

@@ -9,7 +9,8 @@ output channels of one group; ``w[k, n] = (q[k, n] - z[k/128, n]) * s[k/128, n]`
 Reference numerics: the weight dequantized to bf16 (``(q - z) * s`` in fp32, rounded once), then
 a fixed-order GEMM with fp32 accumulation: the 16-row-tiled BLAS of ``matmul_cpu`` on CPU, the
 fused dequantize-and-dot Triton kernel of ``int4_triton`` on CUDA (one tile configuration for
-every M, no split-K). Stock: dequantize + ``F.linear`` (the fallback without an int4 kernel), and
+every M; K summed in pieces fixed by K alone, so a decode-sized launch may spread them over the SMs
+without its bits moving). Stock: dequantize + ``F.linear`` (the fallback without an int4 kernel), and
 torch's own int4 kernel (``_weight_int4pack_mm_for_cpu`` on CPU, ``_weight_int4pack_mm`` on CUDA,
 whose ``(q - 8) * s + zero`` form takes ``zero = (8 - z) * s``).
 """
