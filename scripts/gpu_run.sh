@@ -67,7 +67,7 @@ for arg in "$@"; do
   case $p in
     env) phase env "${LIMIT:-60}" python3 -c "import torch, triton; p = torch.cuda.get_device_properties(0); print(torch.__version__, triton.__version__, p.name, p.multi_processor_count, torch.version.cuda)";;
     families) phase families "${LIMIT:-400}" "${PYT[@]}" ${XD[@]+"${XD[@]}"} ${FAMILY_SUITES:-suites/ops/test_add_rmsnorm.py suites/ops/test_rmsnorm_fp8_quant.py suites/ops/test_fp8_block.py suites/ops/test_int4.py suites/ops/test_lora.py suites/ops/test_linear_attention.py} -m gpu;;
-    families-unit) phase families-unit "${LIMIT:-120}" "${PYT[@]}" tests/reference_kernels/test_families_gpu.py -m gpu;;
+    families-unit) phase families-unit "${LIMIT:-120}" "${PYT[@]}" tests/reference_kernels/test_families_gpu.py tests/reference_kernels/test_int4_plans.py -m gpu;;
     bench-families) phase bench-families "${LIMIT:-200}" python3 benchmarks/bench_families.py --out "$WORK" ${BENCH_FAMILIES:+--families "$BENCH_FAMILIES"};;
     moe) phase moe "${LIMIT:-100}" "${PYT[@]}" suites/ops/test_moe.py -m gpu;;
     allreduce) phase allreduce "${LIMIT:-400}" "${PYT[@]}" suites/ops/test_allreduce.py -m gpu;;
