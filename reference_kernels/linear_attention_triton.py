@@ -23,6 +23,7 @@ from .keyed_launch import launch
 
 FP_FUSION = False  # no FMA contraction: see the module docstring (tests compile the kernel with it)
 SCAN_WARPS = 4
+BLOCK_DV_MAX = 32
 
 
 def _pow2(n: int) -> int:
@@ -53,15 +54,17 @@ def _scan_kernel(Q, K, V, G, S0, OUT, SOUT, T, H, DK, DV, BLOCK_DK: tl.constexpr
     tl.store(SOUT + s_ptr, s, mask=mk[:, None] & mv[None, :])
 
 
-def scan_triton(q, k, v, g, state=None):
+def scan_triton(q, k, v, g, state=None, *, block_dv: int | None = None, warps: int | None = None):
+    """``(o, final state)``; ``block_dv``/``warps`` override the one configuration (a sweep's knobs,
+    never chosen from the batch)."""
     b, t, h, dk = q.shape
     dv = v.shape[3]
     q, k, v, g = q.contiguous(), k.contiguous(), v.contiguous(), g.float().contiguous()
     o = torch.empty(v.shape, dtype=torch.float32 if not v.is_cuda else v.dtype, device=v.device)
     s_out = torch.empty((b, h, dk, dv), dtype=torch.float32, device=v.device)
     s0 = state.float().contiguous() if state is not None else torch.zeros_like(s_out)
-    block_dv = min(_pow2(dv), 32)
+    block_dv = block_dv or min(_pow2(dv), BLOCK_DV_MAX)
     if b and h:
         launch(_scan_kernel, (b * h, cdiv(dv, block_dv)), (q, k, v, g, s0, o, s_out, t, h, dk, dv),
-               {"BLOCK_DK": _pow2(dk), "BLOCK_DV": block_dv}, SCAN_WARPS, fp_fusion=FP_FUSION)  # fmt: skip
+               {"BLOCK_DK": _pow2(dk), "BLOCK_DV": block_dv}, warps or SCAN_WARPS, fp_fusion=FP_FUSION)  # fmt: skip
     return o.to(v.dtype), s_out
