@@ -74,13 +74,25 @@ def test_invariant_tp2_is_bitwise_batch_invariant_and_default_is_not(default_tp2
     assert fork == {i: None for i in PROBES}
 
 
-def test_tp2_agrees_with_tp1_to_bf16_precision(invariant_tp2):
+def test_tp2_is_as_close_to_the_fp32_model_as_tp1(invariant_tp2):
+    """TP1 vs TP2 is not bitwise (other partial sums), so the claim is accuracy: against the same
+    model run in fp32, TP2's prompt logprobs are off by no more than TP1's (x1.5, + 0.05). A fixed
+    bound on |TP1 - TP2| was host-dependent: bf16 GEMMs on AMX put both 0.23 from fp32 and 0.48
+    from each other, against 0.12 and 0.20 with oneDNN held to AVX-512."""
+    import dataclasses
+
+    from pytest_invariance.engine.config import demo_model
+
     params = SamplingParams(max_tokens=1, prompt_logprobs=0)
+    fp32 = LLM(batch_invariant=True, num_blocks=64, model=dataclasses.replace(demo_model(), dtype="float32"))
+    truth = fp32.generate(PROMPTS[:2], params)
     tp1 = LLM(batch_invariant=True, num_blocks=64).generate(PROMPTS[:2], params)
     tp2 = invariant_tp2.generate(PROMPTS[:2], params)
-    for a, b in zip(tp1, tp2, strict=True):
-        diffs = [abs(x - y) for x, y in zip(a.prompt_logprobs[1:], b.prompt_logprobs[1:], strict=True)]
-        assert max(diffs) < 0.25, f"TP2 prompt logprobs differ from TP1 by up to {max(diffs):.3g}"
+    for t, a, b in zip(truth, tp1, tp2, strict=True):
+        err1, err2 = (max(abs(x - y) for x, y in zip(r.prompt_logprobs[1:], t.prompt_logprobs[1:], strict=True))
+                      for r in (a, b))  # fmt: skip
+        assert 0 < err1 < 1.0, f"TP1 bf16 is {err1:.3g} from fp32: the comparison says nothing"
+        assert err2 <= 1.5 * err1 + 0.05, f"TP2 is {err2:.3g} from the fp32 model, TP1 {err1:.3g}"
 
 
 @pytest.mark.parametrize(
