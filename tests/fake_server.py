@@ -10,7 +10,7 @@ Transport faults: ``reset_mid_body`` / ``close_mid_body`` (headers and part of t
 reset or a clean close), ``never`` (read the request, never answer), ``drip`` / ``drip_headers``
 (one byte every ``drip_s``, in the body or in the headers), ``busy_bare`` (503 without
 Retry-After), ``malformed`` (truncated JSON), ``deep`` (JSON nested 100,000 deep), ``truncated_sse``
-(an event stream cut off mid-chunk).
+(an event stream cut off mid-chunk), ``busy_then_never`` (``busy_times`` 503s, then no answer).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULTS = ("ok", "reset", "timeout", "http500", "busy", "busy_forever", "missing", "shape", "html",
           "reset_mid_body", "close_mid_body", "never", "drip", "drip_headers", "busy_bare", "malformed",
-          "deep", "truncated_sse")  # fmt: skip
+          "deep", "truncated_sse", "busy_then_never")  # fmt: skip
 
 
 _TRANSPORT = ("reset_mid_body", "close_mid_body", "never", "drip", "drip_headers", "busy_bare", "malformed",
@@ -77,7 +77,9 @@ class FakeServer:
                     server._stop.wait(server.delay_s)
                 if f == "http500":
                     return self._send(500, {"error": {"message": "internal error: boom"}})
-                if f == "busy_forever" or (f == "busy" and n <= server.busy_times):
+                if f == "busy_then_never" and n > server.busy_times:
+                    return self._never()
+                if f == "busy_forever" or (f in ("busy", "busy_then_never") and n <= server.busy_times):
                     return self._send(
                         503,
                         {"error": {"message": "overloaded"}},

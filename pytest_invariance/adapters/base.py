@@ -190,6 +190,10 @@ class Adapter(ABC):
                     time.sleep(0.1 * 2 ** (attempt - 1))
                     continue
                 err = AdapterError(url, *describe_failure(exc, self.connect_timeout_s, read_s))
+                if overloaded and err.field == "deadline":  # it ran out while backing off 503s: the cause
+                    raise AdapterError(url, "overloaded", f"HTTP 503 with Retry-After {overloaded} time(s), then "
+                                       f"the request deadline ({deadline_s:g} s; --invariance-request-deadline "
+                                       f"raises it) passed during the next attempt") from None  # fmt: skip
                 if err.field in ("timeout", "deadline"):
                     self._unresponsive = AdapterError(
                         self.base_url, err.field, f"an earlier request to {url} failed: {err.message}"

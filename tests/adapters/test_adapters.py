@@ -68,6 +68,14 @@ def test_503_with_retry_after_is_retried_within_the_deadline_then_overloaded():
         assert srv.requests > 5 and 0.5 < took < 2, (srv.requests, took)
 
 
+def test_a_deadline_that_passes_after_503s_is_reported_as_overloaded():
+    """The server said it was overloaded, then the next attempt ran out the deadline: the cause is
+    the overload (a loaded CI machine made this race real), and the target is not marked dead."""
+    with FakeServer("busy_then_never", busy_times=1) as srv:
+        e = _err(make_adapter("vllm", srv.url, retries=0, deadline_s=0.6))
+    assert e.field == "overloaded" and "then the request deadline" in str(e), str(e)
+
+
 @pytest.mark.parametrize(
     ("engine", "fault", "field"),
     [
