@@ -96,8 +96,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="GPU indices the xdist workers spread over (worker i takes entry i mod length; "
                     "default: every visible GPU, worker i on GPU i mod count)")
     group.addoption("--invariance-target-mode", dest="invariance_target_mode", choices=("invariant", "default"),
-                    default=None, help="the --invariance-url target's mode for records, where the server reports "
-                    "none (invariant: it runs under pytest-invariance launch); the control is then default")
+                    default=None, help="the --invariance-url target's mode for records (invariant: it runs under "
+                    "pytest-invariance launch); it wins over the server's own report, which is kept as "
+                    "reported_mode; the control is default where it reports none")
     for key in ("fuzz_examples", "fuzz_time", "fuzz_dir"):
         parser.addini(f"invariance_{key}", f"default --invariance-{key.replace('_', '-')}", default=None)
     for key in ("probe_tokens", "neighbour_tokens", "prefix_lengths", "levels", "prompts", "evidence", "implementation",

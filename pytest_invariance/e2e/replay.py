@@ -6,7 +6,8 @@ say that the same traffic gives the same output twice. A reduction whose order f
 (vllm#51187: 3 distinct outputs in 5 replays at about 44 co-resident sequences). So the workload
 here is fixed, seeded and realistic: 32 (quick) or 64 (full) distinct prompts of spread lengths (4 to 130 tokens)
 and ``max_tokens``, sent on their own connections at staggered, seeded arrival offsets, every other
-one streamed. Every request's token ids and logprob bits must be identical across all replays.
+one streamed, each replay from an empty prefix cache where the server can empty it (else replay 1
+is cold and the rest warm). Every request's token ids and logprob bits must be identical across all replays.
 The record reports failures/K (replays that differ from the most common outcome) and which
 requests changed, under oracle ``run-to-run``, apart from the batch-dependence sweeps.
 """
@@ -101,8 +102,10 @@ def sweep_replay(t: Target, profile: str, seed: int) -> Outcome:
     runs: list[list[Completion]] = []
     steps: dict[str, dict[int, int]] = {}
     bar = progress(f"replay {t.name}", k * len(work))
+    flushed = True
     try:
         for i in range(k):
+            flushed = t.adapter.flush_cache() and flushed  # each replay from the same (empty) prefix cache
             before = t.adapter.step_batch_sizes()
             runs.append(replay_once(t, work, bar))
             after = t.adapter.step_batch_sizes() if before is not None else None
@@ -111,7 +114,9 @@ def sweep_replay(t: Target, profile: str, seed: int) -> Outcome:
     except AdapterError as exc:
         why = f"incomplete after {len(runs)} of {k} replays: {exc}"
         return Outcome(None, {"error": str(exc), "replays_done": len(runs)}, why, shape, error=str(exc))
-    return judge_replays(t, work, runs, shape, steps)
+    out = judge_replays(t, work, runs, shape, steps)
+    out.evidence["cache_flushed"] = flushed
+    return out
 
 
 def judge_replays(t: Target, work: list[ReplayRequest], runs: list[list[Completion]], shape: dict,

@@ -98,7 +98,7 @@ INFO_KEYS = (
     "cuda_graph_bs", "cudagraph_capture_sizes",
     "served_model_name", "model_path", "quantization", "max_model_len", "enforce_eager", "kv_cache_dtype",
     "enable_chunked_prefill", "cudagraph_mode", "compilation_mode", "cuda_graph", "max_running_requests",
-    "max_prefill_tokens", "owned_by", "implementation", "version_source", "mode_source",
+    "max_prefill_tokens", "owned_by", "implementation", "version_source", "mode_source", "reported_mode",
 )  # fmt: skip
 
 
@@ -156,6 +156,30 @@ class Target:
     def config(self) -> dict:
         cfg = {k: self.info[k] for k in INFO_KEYS if self.info and k in self.info}
         return {**cfg, "evidence": self.options.evidence, "prompts": self.options.prompts}
+
+
+def name_target(t: Target, implementation: str | None = None, version: str | None = None,
+                mode: str | None = None) -> None:  # fmt: skip
+    """Identity the server does not report, given on the command line and marked as given: the
+    software's name, its version (where the server reports none), and the mode. A given mode wins
+    for the target over what the server reports: vLLM reports its own ``VLLM_BATCH_INVARIANT``
+    (off: ``default``) while ``pytest-invariance launch`` runs it under the reference kernels. The
+    server's own report is kept as ``reported_mode``. The control is ``default`` unless it reports."""
+    if not (implementation or version or mode):
+        return
+    info = dict(t.info or {})
+    if implementation:
+        info["implementation"] = implementation
+    if version and not info.get("version"):
+        info.update(version=version, version_source="--invariance-target-version")
+    t.info = info
+    t.mode = t.adapter.mode(info)
+    if mode and (t.role == "target" or t.mode is None):
+        given = mode if t.role == "target" else "default"
+        if t.mode not in (None, given):
+            info["reported_mode"] = t.mode
+        info.update(mode=given, mode_source="--invariance-target-mode")
+        t.mode = given
 
 
 def engine_identity(t: Target) -> tuple:

@@ -18,7 +18,7 @@ import pytest
 
 from pytest_invariance.adapters import Adapter, AdapterError, make_adapter
 from pytest_invariance.e2e import Target
-from pytest_invariance.e2e.target import REAL_PROBE_TOKENS, SweepOptions, detect_evidence
+from pytest_invariance.e2e.target import REAL_PROBE_TOKENS, SweepOptions, detect_evidence, name_target
 from pytest_invariance.plugin import adapter_options, option
 
 HERE = Path(__file__).resolve().parent
@@ -128,21 +128,13 @@ def _connect(config: pytest.Config, url: str, engine: str, role: str, expected: 
 
 
 def _name_target(config: pytest.Config, t: Target) -> None:
-    """``--invariance-implementation`` / ``--invariance-target-version`` / ``--invariance-target-mode``:
-    identity the server does not report (a plain OpenAI server says neither what it is, nor which
-    version, nor that ``pytest-invariance launch`` runs it under the reference kernels), marked as given."""
-    name, version = option(config, "invariance_implementation"), option(config, "invariance_target_version")
-    mode = option(config, "invariance_target_mode")
-    info = dict(t.info or {})
-    if name:
-        info["implementation"] = name
-    if version and not info.get("version"):
-        info.update(version=version, version_source="--invariance-target-version")
-    if mode and info.get("mode") is None:
-        info.update(mode=mode if t.role == "target" else "default", mode_source="--invariance-target-mode")
-    if name or version or mode:
-        t.info = info
-        t.mode = t.adapter.mode(info)
+    """``--invariance-implementation`` / ``--invariance-target-version`` / ``--invariance-target-mode``."""
+    name_target(
+        t,
+        option(config, "invariance_implementation"),
+        option(config, "invariance_target_version"),
+        option(config, "invariance_target_mode"),
+    )
 
 
 def _start(

@@ -68,3 +68,24 @@ def test_vllm_speculative_counters_are_read_from_metrics() -> None:
             'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9.0\n')  # fmt: skip
     assert parse_spec_decode_metrics(page) == {"draft_tokens": 40, "accepted_tokens": 17}
     assert parse_spec_decode_metrics("vllm:num_requests_running 0\n") is None
+
+
+def test_a_given_target_mode_wins_over_vllms_own_report_which_is_kept():
+    """vLLM under ``pytest-invariance launch`` reports its own ``VLLM_BATCH_INVARIANT`` (off), so its
+    records said ``default`` and the mode check fired; ``--invariance-target-mode invariant`` names it."""
+    from pytest_invariance.adapters.openai import OpenAIAdapter
+    from pytest_invariance.e2e.target import Target, name_target
+
+    info = normalize(JSON_FORM, "0.32.0")
+    t = Target(VLLMAdapter("http://t"), "target", "invariant", info=info, mode="default")
+    name_target(t, mode="invariant")
+    assert t.mode == "invariant" and t.mode_check() is None
+    cfg = t.config()
+    assert cfg["mode_source"] == "--invariance-target-mode" and cfg["reported_mode"] == "default"
+    control = Target(VLLMAdapter("http://c"), "control", "default", info=normalize(JSON_FORM), mode="default")
+    name_target(control, mode="invariant")
+    assert control.mode == "default" and "mode_source" not in control.info  # its own report stands
+    plain = Target(OpenAIAdapter("http://p"), "control", "default", info={"model": "m"})
+    name_target(plain, implementation="transformers-serve", mode="invariant")  # no mode reported: default
+    assert plain.mode == "default" and plain.info["mode_source"] == "--invariance-target-mode"
+    assert plain.info["implementation"] == "transformers-serve" and "reported_mode" not in plain.info
