@@ -31,8 +31,8 @@ from .server_common import (
     collect,
     encode_text,
     finite,
+    live_outputs,
     make_params,
-    merged,
     new_id,
     render_chat,
     resolve_max_tokens,
@@ -41,7 +41,6 @@ from .server_common import (
     sse_response,
     stop_ids,
     submit,
-    until_disconnect,
 )
 from .server_text import TextTracker, token_bytes, token_text
 
@@ -133,11 +132,8 @@ def _stream(
     async def events() -> AsyncIterator[str]:
         for choices, extra in opening:
             yield chunk(choices, **extra)
-        async for i, out in merged(streams):
-            r = results[i]
-            if r.done:
-                continue
-            yield chunk([choice(r, out, streams[i])])
+        async for i, out in live_outputs(streams, results):
+            yield chunk([choice(results[i], out, streams[i])])
         if include_usage:
             yield chunk([], _usage(results))
 
@@ -254,7 +250,7 @@ async def completions(ctx: ServerContext, request: Request, body: Any) -> Respon
     legacy = _LegacyLogprobs(ctx, req.return_tokens_as_token_ids)
 
     if not req.stream:
-        await until_disconnect(request, collect(ctx, streams, results))
+        await collect(request, streams, results)
         choices = []
         for r in results:
             prompt_text = ctx.tokenizer.decode(r.prompt_ids) if req.echo else ""
@@ -374,7 +370,7 @@ async def chat_completions(ctx: ServerContext, request: Request, body: Any) -> R
     streams = await submit(ctx, specs)
 
     if not req.stream:
-        await until_disconnect(request, collect(ctx, streams, results))
+        await collect(request, streams, results)
         choices = []
         for r in results:
             logprobs = None
