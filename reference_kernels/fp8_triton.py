@@ -14,10 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+from ._tile_triton import grouped_tile
 from .device import cdiv, sm_count
 from .interpreted import kernel_for
 from .interpreter_dot import install as _install_interpreter_dot
-from .matmul_triton import SMALL_M, TileConfig, grouped_tile, tile_sum
+from .matmul_triton import SMALL_M, TileConfig, tile_sum
 
 _install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
 

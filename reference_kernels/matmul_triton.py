@@ -52,6 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._tile_triton import grouped_tile
 from .device import cdiv, sm_count
 from .interpreted import kernel_for
 from .interpreter_dot import install as _install_interpreter_dot
@@ -136,19 +137,6 @@ def pick_config(
     if block_n == 64:
         return TileConfig(64, 64, 128, 1, 4, 6)
     return TileConfig(64, block_n, 256, 1, 4, 4)  # few programs: the widest K tile that fits
-
-
-@triton.jit
-def grouped_tile(tile, num_pid_m, num_in_group, GROUP_M: tl.constexpr):
-    """``(pid_m, pid_n)`` of output tile number ``tile`` in grouped launch order (``GROUP_M`` row
-    tiles walked together, ``num_in_group = GROUP_M * num_pid_n`` tiles a group, for L2 reuse):
-    it changes who runs when, never an element's sum."""
-    group = tile // num_in_group
-    first_m = group * GROUP_M
-    group_size = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((tile % num_in_group) % group_size)
-    pid_n = (tile % num_in_group) // group_size
-    return pid_m, pid_n
 
 
 @triton.jit
