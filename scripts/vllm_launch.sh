@@ -10,19 +10,11 @@
 # Env: VLLM_VENV (.venv-vllm), VL_PORT (8735), RECORDS, CENSUS (reports/cpu/census-vllm.json), HARNESS_PY.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VLLM_VENV:-.venv-vllm}
 PORT=${VL_PORT:-8735}
-RECORDS=${RECORDS:-reports/cpu/records.jsonl}
 CENSUS=${CENSUS:-reports/cpu/census-vllm.json}
-HPY=${HARNESS_PY:-.venv/bin/python}
-LAUNCH=$(dirname "$HPY")/pytest-invariance
-WORK=.vllm-cpu
-MODEL=$WORK/tiny-llama
-START=$(date +%s)
 TAG=vllm_launch
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
-trap stop_all EXIT
 trap "exit 143" TERM  # a timeout from the caller still stops the servers (the EXIT trap runs)
 
 [ -x "$VENV/bin/python" ] || skip "$VENV missing (scripts/vllm_cpu.sh makes it)"
