@@ -26,16 +26,9 @@ source scripts/real_target_lib.sh
 transformers_ready
 [ -x "$LAUNCH" ] || { echo "$TAG: $LAUNCH missing (the harness venv has no pytest-invariance script)" >&2; exit 1; }
 
-# serve PORT LOG [launch args --]: the same flags as scripts/transformers_serve.sh (small KV cache)
-serve() {
-  local port=$1 log=$2; shift 2
-  "$@" "$VENV/bin/transformers" serve --continuous-batching --cb-num-blocks 128 --cb-block-size 32 \
-    --cb-max-batch-tokens 512 --host 127.0.0.1 --port "$port" "$MODEL" >"$log" 2>&1 &
-  PIDS+=("$!")
-}
 t0=$(date +%s)
-serve "$PORT" "$WORK/server-launch-control.log"
-serve $((PORT + 1)) "$WORK/server-launch.log" "$LAUNCH" launch --census "$CENSUS" --
+transformers_serve "$PORT" "$WORK/server-launch-control.log"
+transformers_serve $((PORT + 1)) "$WORK/server-launch.log" "$LAUNCH" launch --census "$CENSUS" --
 for i in 0 1; do
   if ! wait_healthy "${PIDS[$i]}" $((PORT + i)) 300; then
     echo "$TAG: FAIL: server on port $((PORT + i)) did not become healthy: $(grep -E 'Error' "$WORK"/server-launch*.log | tail -1)" >&2
