@@ -135,6 +135,14 @@ class OracleResult:
         )
 
 
+def start_trial(
+    oracle: str, contract: str | Contract, result: OracleResult | None
+) -> tuple[Contract, OracleResult]:
+    """The parsed contract, and the result a trial adds to: the caller's (later trials) or a new one."""
+    c = parse_contract(contract)
+    return c, result or OracleResult(oracle, str(c))
+
+
 def _rows(f: Fn, batch: torch.Tensor) -> torch.Tensor:
     out = f(batch)
     if out.shape[0] != batch.shape[0]:
@@ -168,8 +176,7 @@ def batch_size_oracle(
     classes (batch sizes grouped by identical probe output). ``rows`` must hold at least
     ``max(batch_sizes)`` rows.
     """
-    c = parse_contract(contract)
-    res = result or OracleResult(BATCH_SIZE, str(c))
+    c, res = start_trial(BATCH_SIZE, contract, result)
     need = max(batch_sizes)
     if rows.shape[0] < need:
         raise ValueError(f"need {need} rows for batch size {need}, got {rows.shape[0]}")
@@ -230,8 +237,7 @@ def batch_position_oracle(
     The reference is the probe alone (batch 1), so a position effect is never
     masked by a size effect at position 0.
     """
-    c = parse_contract(contract)
-    res = result or OracleResult(BATCH_POSITION, str(c))
+    c, res = start_trial(BATCH_POSITION, contract, result)
     probe, neighbours = rows[:1], rows[1:]
     alone = _probe_out(f, probe, 0)
     for n in batch_sizes:
@@ -257,8 +263,7 @@ def run_to_run_oracle(
     result: OracleResult | None = None,
 ) -> OracleResult:
     """The same call repeated ``repeats`` times; every output compared with the first."""
-    c = parse_contract(contract)
-    res = result or OracleResult(RUN_TO_RUN, str(c))
+    c, res = start_trial(RUN_TO_RUN, contract, result)
     first = f(rows).detach().clone()
     for k in range(1, repeats):
         out = f(rows)
@@ -276,8 +281,7 @@ def chunking_oracle(
     result: OracleResult | None = None,
 ) -> OracleResult:
     """``run(None)`` processes the input whole, ``run(c)`` in chunks of ``c``; all must agree."""
-    c = parse_contract(contract)
-    res = result or OracleResult(CHUNKING, str(c))
+    c, res = start_trial(CHUNKING, contract, result)
     whole = run(None)
     for size in chunk_sizes:
         res.add(Point(None, None, trial, compare(whole, run(size), c), label=f"chunk {size}"))

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .batch import OracleResult, Point
-from .compare import BITWISE, Contract, compare, parse_contract
+from .batch import OracleResult, Point, start_trial
+from .compare import BITWISE, Contract, compare
 from .vocabulary import WORLD_SIZE
 
 WorldFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -32,8 +32,7 @@ def world_size_oracle(
 
     A point per world size, labelled ``TPw vs TPw0``; its ``batch_size`` is the row count, so the
     evidence names the message the ranks reduced."""
-    c = parse_contract(contract)
-    res = result or OracleResult(WORLD_SIZE, str(c))
+    c, res = start_trial(WORLD_SIZE, contract, result)
     sizes = sorted(set(world_sizes))
     if len(sizes) < 2:
         raise ValueError(f"world-size oracle needs at least two world sizes, got {list(world_sizes)}")

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._rowops_triton import CHUNK, SINGLE_PASS_MAX, _pow2, _warps
+from ._rowops_triton import CHUNK, SINGLE_PASS_MAX, _pow2, _warps, rstd_of, store_normed_chunks
 from .fp8 import E4M3, E4M3_MAX, MIN_SCALE
 from .keyed_launch import launch
 
@@ -31,7 +31,7 @@ def _add_rmsnorm_kernel(X, R, W, stride, N, eps, BLOCK: tl.constexpr, SINGLE: tl
         z = (x + tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)).to(X.dtype.element_ty)
         tl.store(r_row + cols, z, mask=mask)
         zf = z.to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(zf * zf, axis=0) / N + eps)
+        rstd = rstd_of(tl.sum(zf * zf, axis=0), N, eps)
         w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(x_row + cols, (zf * rstd * w).to(X.dtype.element_ty), mask=mask)
     else:
@@ -43,12 +43,7 @@ def _add_rmsnorm_kernel(X, R, W, stride, N, eps, BLOCK: tl.constexpr, SINGLE: tl
             tl.store(r_row + off + cols, z, mask=mask)
             zf = z.to(tl.float32)
             acc += zf * zf
-        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-        for off in range(0, N, BLOCK):
-            mask = off + cols < N
-            zf = tl.load(r_row + off + cols, mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(W + off + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(x_row + off + cols, (zf * rstd * w).to(X.dtype.element_ty), mask=mask)
+        store_normed_chunks(r_row, W, x_row, rstd_of(tl.sum(acc, axis=0), N, eps), N, BLOCK)
 
 
 @triton.jit
@@ -58,7 +53,7 @@ def _rmsnorm_fp8_kernel(X, W, Q, S, stride_x, stride_q, N, eps, qmax, min_scale,
     cols = tl.arange(0, BLOCK)
     mask = cols < N
     x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    rstd = rstd_of(tl.sum(x * x, axis=0), N, eps)
     w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
     y = (x * rstd * w).to(X.dtype.element_ty).to(tl.float32)  # the norm's output, in x's dtype
     if PER_TOKEN:

@@ -28,6 +28,23 @@ SINGLE_PASS_MAX = 16384
 CHUNK = 4096
 
 
+@triton.jit
+def rstd_of(sum_sq, N, eps):
+    """RMSNorm's ``1 / sqrt(mean(x**2) + eps)`` from a row's fp32 sum of squares (every norm kernel's)."""
+    return 1.0 / tl.sqrt(sum_sq / N + eps)
+
+
+@triton.jit
+def store_normed_chunks(src_row, W, dst_row, rstd, N, BLOCK: tl.constexpr):
+    """The last pass of a chunked RMSNorm: ``dst = src * rstd * w`` chunk by chunk, in column order."""
+    cols = tl.arange(0, BLOCK)
+    for off in range(0, N, BLOCK):
+        mask = off + cols < N
+        x = tl.load(src_row + off + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + off + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(dst_row + off + cols, (x * rstd * w).to(dst_row.dtype.element_ty), mask=mask)
+
+
 def _rmsnorm_kernel(X, W, Y, stride_x, stride_y, N, eps, BLOCK: tl.constexpr, SINGLE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
@@ -36,7 +53,7 @@ def _rmsnorm_kernel(X, W, Y, stride_x, stride_y, N, eps, BLOCK: tl.constexpr, SI
     if SINGLE:
         mask = cols < N
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+        rstd = rstd_of(tl.sum(x * x, axis=0), N, eps)
         w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
     else:
@@ -45,12 +62,7 @@ def _rmsnorm_kernel(X, W, Y, stride_x, stride_y, N, eps, BLOCK: tl.constexpr, SI
             mask = off + cols < N
             x = tl.load(x_row + off + cols, mask=mask, other=0.0).to(tl.float32)
             acc += x * x
-        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-        for off in range(0, N, BLOCK):
-            mask = off + cols < N
-            x = tl.load(x_row + off + cols, mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(W + off + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(y_row + off + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+        store_normed_chunks(x_row, W, y_row, rstd_of(tl.sum(acc, axis=0), N, eps), N, BLOCK)
 
 
 def _log_softmax_kernel(X, Y, stride_x, stride_y, N, BLOCK: tl.constexpr):

@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._tile_triton import tile_offsets
 from .device import cdiv
 from .interpreter_dot import install as _install_interpreter_dot
 from .keyed_launch import launch
@@ -26,11 +27,7 @@ def _fp8_block_kernel(A, B, C, AS, BS, M, N, K, KB, stride_am, stride_bn, stride
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
+    offs_m, offs_n, offs_k, mask_m, mask_n = tile_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, BLOCK_K)
     n_block = (pid_n * BLOCK_N) // BLOCK_K  # the weight scale block of this tile (BLOCK_N divides 128)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(0, KB):

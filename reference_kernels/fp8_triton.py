@@ -14,9 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+from ._tile_triton import grouped_tile
 from .device import cdiv, sm_count
+from .interpreted import kernel_for
 from .interpreter_dot import install as _install_interpreter_dot
-from .matmul_triton import SMALL_M, TileConfig
+from .matmul_triton import SMALL_M, TileConfig, tile_sum
 
 _install_interpreter_dot()  # CPU tests measure the kernel, not numpy's BLAS (see interpreter_dot)
 
@@ -60,16 +62,9 @@ def _fp8_mm_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    pid = tl.program_id(0)
     num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
     num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
-    num_in_group = GROUP_M * num_pid_n
-    group = pid // num_in_group
-    first_m = group * GROUP_M
-    group_size = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % num_in_group) % group_size)
-    pid_n = (pid % num_in_group) // group_size
-
+    pid_m, pid_n = grouped_tile(tl.program_id(0), num_pid_m, GROUP_M * num_pid_n, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -78,15 +73,8 @@ def _fp8_mm_kernel(
     mask_m = offs_m[:, None] < M
     mask_n = offs_n[None, :] < N
 
-    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
-    for kk in range(0, (K + BLOCK_K - 1) // BLOCK_K):
-        k_left = K - kk * BLOCK_K
-        a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
-        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n, other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-
+    acc = tile_sum(a_ptrs, b_ptrs, offs_k, mask_m, mask_n, K, stride_ak, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K,
+                   False, None)  # fmt: skip
     a_scale = tl.load(a_scale_ptr + offs_m * stride_as, mask=offs_m < M, other=0.0)
     b_scale = tl.load(b_scale_ptr)
     acc = acc * a_scale[:, None]
@@ -95,29 +83,13 @@ def _fp8_mm_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m & mask_n)
 
 
-_interpreted = None
-
-
-def _kernel_for(device: torch.device):
-    global _interpreted
-    if device.type == "cuda":
-        return _fp8_mm_kernel, False
-    from triton.runtime.interpreter import InterpretedFunction
-
-    if isinstance(_fp8_mm_kernel, InterpretedFunction):
-        return _fp8_mm_kernel, True
-    if _interpreted is None:
-        _interpreted = InterpretedFunction(_fp8_mm_kernel.fn)
-    return _interpreted, True
-
-
 def fp8_mm_triton(
     xq: torch.Tensor, wq: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor
 ) -> torch.Tensor:
     """``(xq[M, K] @ wq[N, K].T) * x_scale * w_scale`` in bf16; x_scale is [M, 1] or a scalar."""
     m, k = xq.shape
     n = wq.shape[0]
-    kernel, interpret = _kernel_for(xq.device)
+    kernel, interpret = kernel_for(_fp8_mm_kernel, xq.device)
     cfg = pick_config(m, n, xq.device, interpret)
     # Under the interpreter bf16 stores would not round to nearest even (see matmul_triton).
     c = torch.empty((m, n), dtype=torch.float32 if interpret else torch.bfloat16, device=xq.device)

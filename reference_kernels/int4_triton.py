@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._tile_triton import tile_offsets
 from .device import cdiv, sm_count
 from .interpreter_dot import install as _install_interpreter_dot
 from .keyed_launch import launch
@@ -66,11 +67,7 @@ def _int4_kernel(A, QW, S, QZ, W, C, M, N, G, stride_am, stride_qw, stride_s, st
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_s = tl.program_id(2)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
+    offs_m, offs_n, offs_k, mask_m, mask_n = tile_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, BLOCK_K)
     total = tl.full((BLOCK_M, BLOCK_N), -0.0, dtype=tl.float32)
     for j in range(0, PIECES):
         piece = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)

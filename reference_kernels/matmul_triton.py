@@ -52,7 +52,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ._tile_triton import grouped_tile
 from .device import cdiv, sm_count
+from .interpreted import kernel_for
 from .interpreter_dot import install as _install_interpreter_dot
 from .launch import Launcher, aligned
 
@@ -138,6 +140,27 @@ def pick_config(
 
 
 @triton.jit
+def tile_sum(a_ptrs, b_ptrs, offs_k, mask_m, mask_n, K, stride_ak, stride_bk, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr):  # fmt: skip
+    """One output tile's fp32 sum: K walked upward in ``BLOCK_K`` steps, each dot fed into the one
+    accumulator (the invariance argument above); the K tail loads zeros, which add exactly.
+    ``UPCAST`` widens both tiles to fp32 first (the interpreter's bf16); ``INPUT_PRECISION`` None
+    is ``tl.dot``'s default."""
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
+    for kk in range(0, (K + BLOCK_K - 1) // BLOCK_K):
+        k_left = K - kk * BLOCK_K
+        a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n, other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
 def _mm_kernel(
     a_ptr,
     b_ptr,
@@ -169,18 +192,10 @@ def _mm_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    pid = tl.program_id(0)
     z = tl.program_id(1)
     num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
     num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
-    # Grouped launch order (L2 reuse); it changes who runs when, never an element's sum.
-    num_in_group = GROUP_M * num_pid_n
-    group = pid // num_in_group
-    first_m = group * GROUP_M
-    group_size = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % num_in_group) % group_size)
-    pid_n = (pid % num_in_group) // group_size
-
+    pid_m, pid_n = grouped_tile(tl.program_id(0), num_pid_m, GROUP_M * num_pid_n, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -189,18 +204,8 @@ def _mm_kernel(
     mask_m = offs_m[:, None] < M
     mask_n = offs_n[None, :] < N
 
-    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
-    for kk in range(0, (K + BLOCK_K - 1) // BLOCK_K):
-        k_left = K - kk * BLOCK_K
-        a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
-        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n, other=0.0)
-        if UPCAST:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-
+    acc = tile_sum(a_ptrs, b_ptrs, offs_k, mask_m, mask_n, K, stride_ak, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K,
+                   UPCAST, INPUT_PRECISION)  # fmt: skip
     if SCALE:
         acc = acc * alpha
     if HAS_BIAS:
@@ -252,11 +257,7 @@ def _mm_tma_kernel(
     num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
     num_in_group = GROUP_M * num_pid_n
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
-        group = tile // num_in_group
-        first_m = group * GROUP_M
-        group_size = tl.minimum(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + ((tile % num_in_group) % group_size)
-        pid_n = (tile % num_in_group) // group_size
+        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_in_group, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
@@ -272,8 +273,7 @@ def _mm_tma_kernel(
             acc = tl.dot(a, b, acc)
         offs_m = (off_m + tl.arange(0, BLOCK_M)).to(tl.int64)  # M*N may pass 2**31 (lm_head)
         offs_n = off_n + tl.arange(0, BLOCK_N)
-        # The epilogue of ``_mm_kernel``, inlined: a nested jit call would not run
-        # under the interpreter wrapping that the CPU tests use.
+        # The epilogue of ``_mm_kernel`` for one batch, its rows in int64.
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         if SCALE:
             acc = acc * alpha
@@ -286,23 +286,6 @@ def _mm_tma_kernel(
             acc = acc + bias
         tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
                  acc.to(c_ptr.dtype.element_ty), mask=mask)  # fmt: skip
-
-
-_interpreted: dict = {}
-
-
-def _kernel_for(device: torch.device, kernel=None):
-    """The compiled kernel on CUDA; on CPU the same Python kernel under Triton's interpreter."""
-    kernel = _mm_kernel if kernel is None else kernel
-    if device.type == "cuda":
-        return kernel, False
-    from triton.runtime.interpreter import InterpretedFunction
-
-    if isinstance(kernel, InterpretedFunction):  # TRITON_INTERPRET=1 at import
-        return kernel, True
-    if kernel not in _interpreted:
-        _interpreted[kernel] = InterpretedFunction(kernel.fn)
-    return _interpreted[kernel], True
 
 
 def _tma_rows(t: torch.Tensor) -> bool:
@@ -446,11 +429,11 @@ def bmm_triton(
         bias_v, bstrides = c, (0, 0, 0)
     consts, options = dict(plan.constexprs), dict(plan.options)
     if plan.kmajor is not None:
-        kernel, _ = _kernel_for(a.device, _mm_tma_kernel)
+        kernel, _ = kernel_for(_mm_tma_kernel, a.device)
         a_desc, b_desc = _descriptors(a[0], b[0], plan.kmajor, plan.cfg)
         args = (a_desc, b_desc, c, bias_v, m, n, k, c.stride(1), c.stride(2), bstrides[1], bstrides[2], alpha, beta)
     else:
-        kernel, _ = _kernel_for(a.device)
+        kernel, _ = kernel_for(_mm_kernel, a.device)
         args = (a, b, c, bias_v, m, n, k, *a.stride(), *b.stride(), *c.stride(), *bstrides, alpha, beta)
     _launcher(kernel).launch(key, plan.grid, args, consts, options)
     return c.to(a.dtype) if widen_out else c

@@ -16,34 +16,19 @@
 # longer read timeout than the plain step; an expired request is `incomplete`, never a pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VLLM_VENV:-.venv-vllm}
 PORT=${TL_PORT:-8744}
-RECORDS=${RECORDS:-reports/cpu/records.jsonl}
 CENSUS=${CENSUS:-reports/cpu/census-transformers-serve.json}
 COST=${COST:-reports/cpu/launch_cost.jsonl}
-HPY=${HARNESS_PY:-.venv/bin/python}
-LAUNCH=$(dirname "$HPY")/pytest-invariance
-WORK=.vllm-cpu
-MODEL=$WORK/tiny-llama
-START=$(date +%s)
 TAG=transformers_launch
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
-trap stop_all EXIT
 
 transformers_ready
 [ -x "$LAUNCH" ] || { echo "$TAG: $LAUNCH missing (the harness venv has no pytest-invariance script)" >&2; exit 1; }
 
-# serve PORT LOG [launch args --]: the same flags as scripts/transformers_serve.sh (small KV cache)
-serve() {
-  local port=$1 log=$2; shift 2
-  "$@" "$VENV/bin/transformers" serve --continuous-batching --cb-num-blocks 128 --cb-block-size 32 \
-    --cb-max-batch-tokens 512 --host 127.0.0.1 --port "$port" "$MODEL" >"$log" 2>&1 &
-  PIDS+=("$!")
-}
 t0=$(date +%s)
-serve "$PORT" "$WORK/server-launch-control.log"
-serve $((PORT + 1)) "$WORK/server-launch.log" "$LAUNCH" launch --census "$CENSUS" --
+transformers_serve "$PORT" "$WORK/server-launch-control.log"
+transformers_serve $((PORT + 1)) "$WORK/server-launch.log" "$LAUNCH" launch --census "$CENSUS" --
 for i in 0 1; do
   if ! wait_healthy "${PIDS[$i]}" $((PORT + i)) 300; then
     echo "$TAG: FAIL: server on port $((PORT + i)) did not become healthy: $(grep -E 'Error' "$WORK"/server-launch*.log | tail -1)" >&2

@@ -9,26 +9,16 @@
 # Env: VLLM_VENV (.venv-vllm), TS_PORT (8741), RECORDS (reports/cpu/records.jsonl), HARNESS_PY.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VLLM_VENV:-.venv-vllm}
 PORT=${TS_PORT:-8741}
-RECORDS=${RECORDS:-reports/cpu/records.jsonl}
-HPY=${HARNESS_PY:-.venv/bin/python}
-WORK=.vllm-cpu
-MODEL=$WORK/tiny-llama
-START=$(date +%s)
 TAG=transformers_serve
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
-trap stop_all EXIT
 
 transformers_ready
 
-# Continuous batching with a small KV cache: with its defaults it was OOM-killed at 6.8 GB.
-"$VENV/bin/transformers" serve --continuous-batching --cb-num-blocks 128 --cb-block-size 32 \
-  --cb-max-batch-tokens 512 --host 127.0.0.1 --port "$PORT" "$MODEL" >"$WORK/server-transformers.log" 2>&1 &
-PIDS+=("$!")
+transformers_serve "$PORT" "$WORK/server-transformers.log"
 t0=$(date +%s)
-if ! wait_healthy "$!" "$PORT" 300; then
+if ! wait_healthy "${PIDS[0]}" "$PORT" 300; then
   echo "$TAG: FAIL: transformers serve did not become healthy: $(grep -E 'Error' "$WORK/server-transformers.log" | tail -1)" >&2
   exit 1
 fi

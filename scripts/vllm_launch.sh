@@ -10,19 +10,11 @@
 # Env: VLLM_VENV (.venv-vllm), VL_PORT (8735), RECORDS, CENSUS (reports/cpu/census-vllm.json), HARNESS_PY.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VLLM_VENV:-.venv-vllm}
 PORT=${VL_PORT:-8735}
-RECORDS=${RECORDS:-reports/cpu/records.jsonl}
 CENSUS=${CENSUS:-reports/cpu/census-vllm.json}
-HPY=${HARNESS_PY:-.venv/bin/python}
-LAUNCH=$(dirname "$HPY")/pytest-invariance
-WORK=.vllm-cpu
-MODEL=$WORK/tiny-llama
-START=$(date +%s)
 TAG=vllm_launch
 # shellcheck source=scripts/real_target_lib.sh
 source scripts/real_target_lib.sh
-trap stop_all EXIT
 trap "exit 143" TERM  # a timeout from the caller still stops the servers (the EXIT trap runs)
 
 [ -x "$VENV/bin/python" ] || skip "$VENV missing (scripts/vllm_cpu.sh makes it)"
@@ -38,21 +30,13 @@ has_plugin() {
 has_plugin || "$VENV/bin/python" -c "import setuptools; setuptools.setup()" -q egg_info >>"$WORK/install-plugin.log" 2>&1
 has_plugin || skip "the vllm.general_plugins entry point is not visible in $VENV"
 
-serve() {  # serve PORT LOG [command prefix ...]: the same flags as scripts/vllm_cpu.sh
-  local port=$1 log=$2; shift 2
-  env VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=1 "$@" "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
-    --model "$MODEL" --served-model-name tiny-llama --host 127.0.0.1 --port "$port" --max-model-len 2048 \
-    --enable-prompt-tokens-details >"$log" 2>&1 &
-  PIDS+=("$!")
-  wait_healthy "$!" "$port" 420
-}
 CONTROL=${1:-}
 if [ -z "$CONTROL" ]; then
-  serve $((PORT + 1)) "$WORK/server-vllm-launch-control.log" || { echo "$TAG: FAIL: the default vLLM server did not start" >&2; exit 1; }
+  vllm_serve $((PORT + 1)) "$WORK/server-vllm-launch-control.log" 420 || { echo "$TAG: FAIL: the default vLLM server did not start" >&2; exit 1; }
   CONTROL=http://127.0.0.1:$((PORT + 1))
 fi
 t0=$(date +%s)
-if ! serve "$PORT" "$WORK/server-vllm-launch.log" "$LAUNCH" launch --plugin-only --census "$CENSUS" --; then
+if ! vllm_serve "$PORT" "$WORK/server-vllm-launch.log" 420 "$LAUNCH" launch --plugin-only --census "$CENSUS" --; then
   log="$WORK/server-vllm-launch.log"
   why=$(tr -d '\r' <"$log" | grep -E '(Error|Exception)(: |$)' | grep -v -E '^\s*(raise|File)' | tail -1 | sed -E 's/^.*\] //' | cut -c1-300)
   stop_all

@@ -58,24 +58,23 @@ class StreamOptions(_Strict):
     include_usage: bool = False
 
 
-class CompletionRequest(_Strict):
-    """``POST /v1/completions`` (OpenAI legacy completions, plus vLLM-style extras)."""
+class OpenAIRequest(_Strict):
+    """The fields both OpenAI routes take alike: sampling, stop, streaming and vLLM-style extras.
+
+    Each route adds its own (prompt or messages, ``max_tokens``' default, the ``logprobs`` shape);
+    pydantic lists these shared fields first, so of several bad fields one of these is named.
+    """
 
     model: str | None = None
-    prompt: str | list[int] | list[str] | list[list[int]]
-    max_tokens: int | None = Field(default=16, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=100.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)
     n: int = Field(default=1, ge=1)
-    best_of: int | None = None
     seed: Seed | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     stop: Stop = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
-    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
-    echo: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     return_token_ids: bool = False
@@ -84,8 +83,18 @@ class CompletionRequest(_Strict):
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
-    suffix: str | None = None
     min_tokens: int | None = None
+
+
+class CompletionRequest(OpenAIRequest):
+    """``POST /v1/completions`` (OpenAI legacy completions, plus vLLM-style extras)."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int | None = Field(default=16, ge=1)
+    best_of: int | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    echo: bool = False
+    suffix: str | None = None
 
 
 class ContentPart(_Strict):
@@ -107,34 +116,15 @@ class ChatMessage(_Strict):
         return "".join(p.text for p in self.content)
 
 
-class ChatCompletionRequest(_Strict):
+class ChatCompletionRequest(OpenAIRequest):
     """``POST /v1/chat/completions``."""
 
-    model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=100.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
-    n: int = Field(default=1, ge=1)
-    seed: Seed | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
-    stop: Stop = None
-    stop_token_ids: list[int] | None = None
-    ignore_eos: bool = False
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
-    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
     add_generation_prompt: bool = True
-    return_token_ids: bool = False
-    return_tokens_as_token_ids: bool = False
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
-    min_tokens: int | None = None
     tools: list[Any] | None = None
 
 

@@ -248,14 +248,28 @@ async def merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Any]]
             s.abort()
 
 
-async def collect(
-    ctx: ServerContext, streams: list[RequestStream], results: list[SequenceResult]
-) -> list[SequenceResult]:
-    """Run every stream to its end and fill ``results`` (non-streaming responses)."""
+async def live_outputs(
+    streams: list[RequestStream], results: list[SequenceResult]
+) -> AsyncIterator[tuple[int, Any]]:
+    """``merged``, less the outputs that arrive after their result ended (a stop string ends a
+    result while its stream may still hold queued outputs)."""
     async for i, out in merged(streams):
         if not results[i].done:
+            yield i, out
+
+
+async def collect(
+    request: Request, streams: list[RequestStream], results: list[SequenceResult]
+) -> list[SequenceResult]:
+    """Run every stream to its end and fill ``results`` (non-streaming responses); a client that
+    goes away first cancels the work (see ``until_disconnect``)."""
+
+    async def fill() -> list[SequenceResult]:
+        async for i, out in live_outputs(streams, results):
             results[i].feed(out, streams[i])
-    return results
+        return results
+
+    return await until_disconnect(request, fill())
 
 
 async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:

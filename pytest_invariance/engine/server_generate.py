@@ -33,8 +33,8 @@ from .server_common import (
     collect,
     encode_text,
     finite,
+    live_outputs,
     make_params,
-    merged,
     new_id,
     resolve_max_tokens,
     sample_seed,
@@ -42,7 +42,6 @@ from .server_common import (
     sse_response,
     stop_ids,
     submit,
-    until_disconnect,
 )
 from .server_text import TextTracker, token_text
 
@@ -210,15 +209,13 @@ async def generate(ctx: ServerContext, request: Request, body: Any) -> Response:
     single = not is_batch and n == 1
 
     if not req.stream:
-        await until_disconnect(request, collect(ctx, streams, results))
+        await collect(request, streams, results)
         rendered = [_render(ctx, it, with_text) for it in items]
         return JSONResponse(rendered[0] if single else rendered)
 
     async def events() -> AsyncIterator[str]:
-        async for i, out in merged(streams):
+        async for i, out in live_outputs(streams, results):
             r = results[i]
-            if r.done:
-                continue
             r.feed(out, streams[i])
             emitted = r.tracker.text[: r.tracker.emitted]
             yield sse({**_render(ctx, items[i], with_text, emitted), "index": i})

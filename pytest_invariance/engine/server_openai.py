@@ -19,6 +19,7 @@ from .protocol import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
+    OpenAIRequest,
     normalize_stop,
     reject_unsupported,
     validate,
@@ -31,8 +32,8 @@ from .server_common import (
     collect,
     encode_text,
     finite,
+    live_outputs,
     make_params,
-    merged,
     new_id,
     render_chat,
     resolve_max_tokens,
@@ -41,7 +42,6 @@ from .server_common import (
     sse_response,
     stop_ids,
     submit,
-    until_disconnect,
 )
 from .server_text import TextTracker, token_bytes, token_text
 
@@ -67,6 +67,29 @@ def _temperature(value: float | None) -> float:
 
 def _top_k(value: int | None) -> int | None:
     return -1 if value == 0 else value
+
+
+def _params(
+    ctx: ServerContext,
+    req: OpenAIRequest,
+    sample: int,
+    max_tokens: int,
+    logprobs: int | None,
+    prompt_logprobs: int | None,
+) -> Any:
+    """The engine's sampling params for the ``sample``-th of a request's n samples: both routes
+    read the shared fields alike and differ only in the token budget and the logprob counts."""
+    return make_params(
+        max_tokens=max_tokens,
+        temperature=_temperature(req.temperature),
+        top_p=req.top_p,
+        top_k=_top_k(req.top_k),
+        seed=sample_seed(req.seed, sample),
+        stop_token_ids=stop_ids(ctx, req.stop_token_ids, "stop_token_ids"),
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+        ignore_eos=req.ignore_eos,
+    )
 
 
 def _prompts(ctx: ServerContext, prompt: Any) -> list[list[int]]:
@@ -133,11 +156,8 @@ def _stream(
     async def events() -> AsyncIterator[str]:
         for choices, extra in opening:
             yield chunk(choices, **extra)
-        async for i, out in merged(streams):
-            r = results[i]
-            if r.done:
-                continue
-            yield chunk([choice(r, out, streams[i])])
+        async for i, out in live_outputs(streams, results):
+            yield chunk([choice(results[i], out, streams[i])])
         if include_usage:
             yield chunk([], _usage(results))
 
@@ -236,17 +256,7 @@ async def completions(ctx: ServerContext, request: Request, body: Any) -> Respon
         max_tokens = resolve_max_tokens(ctx, len(ids), req.max_tokens, 16, "max_tokens")
         for s in range(req.n):
             index = p_idx * req.n + s
-            params = make_params(
-                max_tokens=max_tokens,
-                temperature=_temperature(req.temperature),
-                top_p=req.top_p,
-                top_k=_top_k(req.top_k),
-                seed=sample_seed(req.seed, s),
-                stop_token_ids=stop_ids(ctx, req.stop_token_ids, "stop_token_ids"),
-                logprobs=req.logprobs,
-                prompt_logprobs=prompt_lp,
-                ignore_eos=req.ignore_eos,
-            )
+            params = _params(ctx, req, s, max_tokens, req.logprobs, prompt_lp)
             specs.append(SubmitSpec(f"{cid}-{index}", ids, params))
             results.append(SequenceResult(index, ids, TextTracker(ctx.tokenizer, stops)))
     model = req.model or ctx.model_name
@@ -254,7 +264,7 @@ async def completions(ctx: ServerContext, request: Request, body: Any) -> Respon
     legacy = _LegacyLogprobs(ctx, req.return_tokens_as_token_ids)
 
     if not req.stream:
-        await until_disconnect(request, collect(ctx, streams, results))
+        await collect(request, streams, results)
         choices = []
         for r in results:
             prompt_text = ctx.tokenizer.decode(r.prompt_ids) if req.echo else ""
@@ -357,24 +367,14 @@ async def chat_completions(ctx: ServerContext, request: Request, body: Any) -> R
     cid = new_id("chatcmpl")
     specs, results = [], []
     for s in range(req.n):
-        params = make_params(
-            max_tokens=max_tokens,
-            temperature=_temperature(req.temperature),
-            top_p=req.top_p,
-            top_k=_top_k(req.top_k),
-            seed=sample_seed(req.seed, s),
-            stop_token_ids=stop_ids(ctx, req.stop_token_ids, "stop_token_ids"),
-            logprobs=k,
-            prompt_logprobs=req.prompt_logprobs,
-            ignore_eos=req.ignore_eos,
-        )
+        params = _params(ctx, req, s, max_tokens, k, req.prompt_logprobs)
         specs.append(SubmitSpec(f"{cid}-{s}", ids, params))
         results.append(SequenceResult(s, ids, TextTracker(ctx.tokenizer, stops)))
     model = req.model or ctx.model_name
     streams = await submit(ctx, specs)
 
     if not req.stream:
-        await until_disconnect(request, collect(ctx, streams, results))
+        await collect(request, streams, results)
         choices = []
         for r in results:
             logprobs = None

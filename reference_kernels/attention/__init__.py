@@ -35,12 +35,14 @@ Registry families (registered by ``catalogue``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ..device import resolve
+from . import torch_ref
 from .cache import slot_mapping_for, slots_for, write_kv
 from .split import SPLIT_SIZE
-from .torch_ref import decode_paged_torch, prefill_paged_torch, prefill_varlen_torch
 
 __all__ = [
     "SPLIT_SIZE",
@@ -61,6 +63,16 @@ def _use_triton(t: torch.Tensor, backend: str, scale: float | None = None) -> bo
     return resolve(t, backend) != "torch"
 
 
+def _path(name: str, t: torch.Tensor, backend: str, scale: float | None) -> Callable[..., torch.Tensor]:
+    """``triton_attn.<name>_triton`` (imported only when it runs) or ``torch_ref.<name>_torch``:
+    the path's function, taking the public function's arguments."""
+    if not _use_triton(t, backend, scale):
+        return getattr(torch_ref, f"{name}_torch")
+    from . import triton_attn
+
+    return getattr(triton_attn, f"{name}_triton")
+
+
 def prefill_varlen(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -74,13 +86,7 @@ def prefill_varlen(
     backend: str = "auto",
 ) -> torch.Tensor:
     """Batch-invariant varlen prefill (see the module docstring)."""
-    if _use_triton(q, backend, scale):
-        from .triton_attn import prefill_varlen_triton
-
-        return prefill_varlen_triton(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, causal=causal, scale=scale, split_size=split_size
-        )
-    return prefill_varlen_torch(
+    return _path("prefill_varlen", q, backend, scale)(
         q, k, v, cu_seqlens_q, cu_seqlens_k, causal=causal, scale=scale, split_size=split_size
     )
 
@@ -98,13 +104,7 @@ def prefill_paged(
     backend: str = "auto",
 ) -> torch.Tensor:
     """Causal prefill of each sequence's last ``len_q`` tokens over its paged cache."""
-    if _use_triton(q, backend, scale):
-        from .triton_attn import prefill_paged_triton
-
-        return prefill_paged_triton(
-            q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, split_size=split_size
-        )
-    return prefill_paged_torch(
+    return _path("prefill_paged", q, backend, scale)(
         q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, split_size=split_size
     )
 
@@ -121,10 +121,6 @@ def decode_paged(
     backend: str = "auto",
 ) -> torch.Tensor:
     """Batch-invariant paged decode with a fixed split size and a fixed-order merge."""
-    if _use_triton(q, backend, scale):
-        from .triton_attn import decode_paged_triton
-
-        return decode_paged_triton(
-            q, k_cache, v_cache, block_table, seq_lens, scale=scale, split_size=split_size
-        )
-    return decode_paged_torch(q, k_cache, v_cache, block_table, seq_lens, scale=scale, split_size=split_size)
+    return _path("decode_paged", q, backend, scale)(
+        q, k_cache, v_cache, block_table, seq_lens, scale=scale, split_size=split_size
+    )

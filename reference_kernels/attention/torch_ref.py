@@ -162,6 +162,17 @@ def _lengths(cu: torch.Tensor) -> torch.Tensor:
     return cu[1:] - cu[:-1]
 
 
+def _query_rows(
+    n_rows: int, cu_q: torch.Tensor, len_q: torch.Tensor, seq_len: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(row_seq, row_pos)`` of each query row: its sequence, and its position there, the queries
+    of a sequence being the last ``len_q`` of its ``seq_len`` positions (prefill, chunked or not)."""
+    dev = cu_q.device
+    row_seq = torch.repeat_interleave(torch.arange(len_q.numel(), device=dev), len_q)
+    row_in = torch.arange(n_rows, device=dev) - cu_q[row_seq]
+    return row_seq, (seq_len - len_q)[row_seq] + row_in
+
+
 def prefill_varlen_torch(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -179,10 +190,7 @@ def prefill_varlen_torch(
     len_q, len_k = _lengths(cu_q), _lengths(cu_k)
     if bool((len_q > len_k).any()):
         raise ValueError("each sequence needs len_k >= len_q (queries are the last len_q positions)")
-    n = len_q.numel()
-    row_seq = torch.repeat_interleave(torch.arange(n, device=dev), len_q)
-    row_in = torch.arange(q.shape[0], device=dev) - cu_q[row_seq]
-    row_pos = (len_k - len_q)[row_seq] + row_in
+    row_seq, row_pos = _query_rows(q.shape[0], cu_q, len_q, len_k)
     limit = row_pos + 1 if causal else len_k[row_seq]
 
     def slot_fn(seq: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -211,10 +219,7 @@ def prefill_paged_torch(
     cu_q = cu_seqlens_q.to(dev).long()
     len_q = _lengths(cu_q)
     lens = seq_lens.to(dev).long()
-    n = len_q.numel()
-    row_seq = torch.repeat_interleave(torch.arange(n, device=dev), len_q)
-    row_in = torch.arange(q.shape[0], device=dev) - cu_q[row_seq]
-    row_pos = (lens - len_q)[row_seq] + row_in
+    row_seq, row_pos = _query_rows(q.shape[0], cu_q, len_q, lens)
     bs = k_cache.shape[1]
     bt = block_table.to(dev).long()
 

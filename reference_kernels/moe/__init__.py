@@ -31,11 +31,10 @@ def fused_experts(
     x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
 ) -> torch.Tensor:
     """Batch-invariant fused SwiGLU experts: Triton on CUDA, the fixed-order torch path elsewhere."""
+    run = fused_experts_torch
     if x.is_cuda and x.dtype in (torch.bfloat16, torch.float16):
-        from .fused_triton import fused_experts_triton
-
-        return fused_experts_triton(x, w_gate_up, w_down, weights, ids)
-    return fused_experts_torch(x, w_gate_up, w_down, weights, ids)
+        from .fused_triton import fused_experts_triton as run
+    return run(x, w_gate_up, w_down, weights, ids)
 
 
 def fused_experts_fp8(
@@ -54,15 +53,10 @@ def fused_experts_fp8(
     ``quantize`` chooses the activation scales; the one dispatch for every FP8 experts variant
     (the batch-scale mutant passes a per-tensor quantizer).
     """
+    run = fp8_experts_torch
     if x.is_cuda:
-        from .fused_triton import fp8_experts_triton
-
-        return fp8_experts_triton(
-            x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids, quantize=quantize
-        )
-    return fp8_experts_torch(
-        x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids, quantize=quantize
-    )
+        from .fused_triton import fp8_experts_triton as run
+    return run(x, w_gate_up, w_down, w_gate_up_scale, w_down_scale, weights, ids, quantize=quantize)
 
 
 __all__ = [

@@ -66,6 +66,24 @@ def align(ids: torch.Tensor, n_experts: int, block_m: int = BLOCK_M) -> tuple[to
 
 
 @triton.jit
+def _a_tile(a_ptr, rows, valid, kk, kmask, stride_am):
+    """A ``[BM, BK]`` K step of the activation rows ``rows`` (rows of padding pairs load zeros)."""
+    return tl.load(
+        a_ptr + rows[:, None].to(tl.int64) * stride_am + kk[None, :],
+        mask=valid[:, None] & kmask[None, :],
+        other=0.0,
+    )
+
+
+@triton.jit
+def _w_tile(w_base, rn, kk, nmask, kmask, stride_wn):
+    """A ``[BK, BN]`` K step of output channels ``rn`` of one expert's weight (``[N, K]`` rows)."""
+    return tl.load(
+        w_base + rn[None, :] * stride_wn + kk[:, None], mask=nmask[None, :] & kmask[:, None], other=0.0
+    )
+
+
+@triton.jit
 def _gemm_swiglu_kernel(
     a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, out_ptr, pairs_ptr, block_expert_ptr,
     n_pairs, top_k, K, N_INTER,
@@ -91,14 +109,8 @@ def _gemm_swiglu_kernel(
     for k0 in range(0, K, BK):
         kk = k0 + rk
         kmask = kk < K
-        a = tl.load(
-            a_ptr + row[:, None].to(tl.int64) * stride_am + kk[None, :],
-            mask=valid[:, None] & kmask[None, :],
-            other=0.0,
-        )
-        wg = tl.load(
-            w_base + rn[None, :] * stride_wn + kk[:, None], mask=nmask[None, :] & kmask[:, None], other=0.0
-        )
+        a = _a_tile(a_ptr, row, valid, kk, kmask, stride_am)
+        wg = _w_tile(w_base, rn, kk, nmask, kmask, stride_wn)
         wu = tl.load(
             w_base + (rn[None, :] + N_INTER) * stride_wn + kk[:, None],
             mask=nmask[None, :] & kmask[:, None],
@@ -142,14 +154,8 @@ def _gemm_kernel(
     for k0 in range(0, K, BK):
         kk = k0 + rk
         kmask = kk < K
-        a = tl.load(
-            a_ptr + pair[:, None].to(tl.int64) * stride_am + kk[None, :],
-            mask=valid[:, None] & kmask[None, :],
-            other=0.0,
-        )
-        w = tl.load(
-            w_base + rn[None, :] * stride_wn + kk[:, None], mask=nmask[None, :] & kmask[:, None], other=0.0
-        )
+        a = _a_tile(a_ptr, pair, valid, kk, kmask, stride_am)
+        w = _w_tile(w_base, rn, kk, nmask, kmask, stride_wn)
         if UPCAST:
             a, w = a.to(tl.float32), w.to(tl.float32)
         acc = tl.dot(a, w, acc)

@@ -1,4 +1,4 @@
-"""Shared plumbing of the row-op suites (``test_rmsnorm``, ``test_softmax``): inputs, params.
+"""Shared plumbing of the row-op suites (``test_rmsnorm``, ``test_softmax``): inputs, params, the check.
 
 No comparison logic lives here: the ``invariance`` fixture runs the oracles.
 """
@@ -82,3 +82,50 @@ def trials_for(invariance, dtype_name: str, name: str, device: str) -> int:
     if dtype_name == "float32" and not (device == "cpu" and name.endswith("triton")):
         return max(invariance.trials, FP32_TRIALS)
     return invariance.trials
+
+
+def check_row_op(
+    invariance,
+    fam: str,
+    device: str,
+    name: str,
+    dtype_name: str,
+    oracle: str,
+    *,
+    width: int,
+    bind,
+    control_fn,
+    control_name: str,
+    record_family: str,
+    shape: dict,
+    extra: dict,
+) -> None:
+    """One row-op cell: kernel ``name`` of registry family ``fam`` through ``invariance.check`` on
+    ``width``-wide rows, against the split-reduction mutant ``control_fn`` (its per-call split count
+    for run-to-run, ``-per-call`` added to the name). ``bind(f)`` is the one-argument call of a
+    kernel or control (the norm binds its weight and eps)."""
+    import torch
+    from pytest_invariance.reference_kernels.mutants.rmsnorm_split import per_call_splits
+    from pytest_invariance.reference_kernels.registry import kernels
+
+    kernel = next(k for k in kernels(fam, device) if k.name == name)
+    limit = batch_limit(device, name, invariance.profile)
+    rows = max(invariance.batch_sizes(limit))
+    if oracle == "run-to-run":
+        control_fn, control_name = per_call_splits(control_fn), f"{control_name}-per-call"
+    invariance.check(
+        bind(kernel.fn),
+        pool_inputs(rows, width, dtype_name, device),
+        oracle=oracle,
+        control=bind(control_fn),
+        control_name=control_name,
+        family=record_family,
+        implementation=name,
+        quantization=QUANT[dtype_name],
+        dtype=getattr(torch, dtype_name),
+        shape=shape,
+        expect=expect_for(kernel.role, kernel.expect, oracle, kernel.oracle_expect),
+        limit=limit,
+        trials=trials_for(invariance, dtype_name, name, device),
+        extra=extra,
+    )

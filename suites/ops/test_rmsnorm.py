@@ -14,15 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from ._rowsuite import (
-    INTERPRET_WIDTH,
-    QUANT,
-    batch_limit,
-    device_params,
-    expect_for,
-    pool_inputs,
-    trials_for,
-)
+from ._rowsuite import INTERPRET_WIDTH, check_row_op, device_params
 
 torch = pytest.importorskip("torch")
 
@@ -47,32 +39,13 @@ def _shapes(device: str, name: str) -> list[dict]:
 )
 def test_rmsnorm(invariance, device, name, dtype_name, shape, oracle):
     from pytest_invariance.oracles.inputs import wide_spread
-    from pytest_invariance.reference_kernels.mutants.rmsnorm_split import per_call_splits, split_rmsnorm
-    from pytest_invariance.reference_kernels.registry import kernels
+    from pytest_invariance.reference_kernels.mutants.rmsnorm_split import split_rmsnorm
 
-    kernel = next(k for k in kernels("rmsnorm", device) if k.name == name)
-    dtype = getattr(torch, dtype_name)
     h = shape["H"]
-    weight = wide_spread((h,), 7, dtype, decades=1.0, device=device)
-    limit = batch_limit(device, name, invariance.profile)
-    rows = max(invariance.batch_sizes(limit))
-    if oracle == "run-to-run":
-        control, control_name = per_call_splits(split_rmsnorm), "mutant:rmsnorm-split-per-call"
-    else:
-        control, control_name = split_rmsnorm, "mutant:rmsnorm-split"
-    invariance.check(
-        lambda x: kernel.fn(x, weight, EPS),
-        pool_inputs(rows, h, dtype_name, device),
-        oracle=oracle,
-        control=lambda x: control(x, weight, EPS),
-        control_name=control_name,
-        family="rmsnorm",
-        implementation=name,
-        quantization=QUANT[dtype_name],
-        dtype=dtype,
-        shape={k: v for k, v in shape.items() if k != "label"},
-        expect=expect_for(kernel.role, kernel.expect, oracle, kernel.oracle_expect),
-        limit=limit,
-        trials=trials_for(invariance, dtype_name, name, device),
+    weight = wide_spread((h,), 7, getattr(torch, dtype_name), decades=1.0, device=device)
+    check_row_op(
+        invariance, "rmsnorm", device, name, dtype_name, oracle, width=h,
+        bind=lambda f: lambda x: f(x, weight, EPS), control_fn=split_rmsnorm, control_name="mutant:rmsnorm-split",
+        record_family="rmsnorm", shape={k: v for k, v in shape.items() if k != "label"},
         extra={"op": "rms_norm", "eps": EPS, "device": device},
-    )
+    )  # fmt: skip

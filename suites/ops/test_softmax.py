@@ -15,15 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from ._rowsuite import (
-    INTERPRET_WIDTH,
-    QUANT,
-    batch_limit,
-    device_params,
-    expect_for,
-    pool_inputs,
-    trials_for,
-)
+from ._rowsuite import INTERPRET_WIDTH, check_row_op, device_params
 
 torch = pytest.importorskip("torch")
 
@@ -50,33 +42,11 @@ def _shapes(table):
 
 
 def _check(invariance, fam, op, device, name, dtype_name, shape, oracle, control_fn, control_name):
-    from pytest_invariance.reference_kernels.mutants.rmsnorm_split import per_call_splits
-    from pytest_invariance.reference_kernels.registry import kernels
-
-    kernel = next(k for k in kernels(fam, device) if k.name == name)
-    n = shape["N"]
-    limit = batch_limit(device, name, invariance.profile)
-    rows = max(invariance.batch_sizes(limit))
-    if oracle == "run-to-run":
-        control, control_name = per_call_splits(control_fn), f"{control_name}-per-call"
-    else:
-        control = control_fn
-    invariance.check(
-        kernel.fn,
-        pool_inputs(rows, n, dtype_name, device),
-        oracle=oracle,
-        control=control,
-        control_name=control_name,
-        family="softmax",
-        implementation=name,
-        quantization=QUANT[dtype_name],
-        dtype=getattr(torch, dtype_name),
-        shape={"op": op, **{k: v for k, v in shape.items() if k != "label"}},
-        expect=expect_for(kernel.role, kernel.expect, oracle, kernel.oracle_expect),
-        limit=limit,
-        trials=trials_for(invariance, dtype_name, name, device),
-        extra={"op": op, "device": device},
-    )
+    check_row_op(
+        invariance, fam, device, name, dtype_name, oracle, width=shape["N"], bind=lambda f: f,
+        control_fn=control_fn, control_name=control_name, record_family="softmax",
+        shape={"op": op, **{k: v for k, v in shape.items() if k != "label"}}, extra={"op": op, "device": device},
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
