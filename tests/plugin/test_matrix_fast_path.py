@@ -48,6 +48,8 @@ def _varied() -> list[dict]:
                  nodeid="suites/e2e/test_engine.py::test_unique[tiny]",
                  evidence={"unique": {"1": 1, "8": 2}, "trials": 2, "failures": 1, "rate": 0.5})  # fmt: skip
     engine["software"]["engine"] = {"name": "vllm", "version": "0.11.0", "model": "tiny"}
+    localized = _with(rec(family="engine", implementation="bundled", mode="default", verdict="divergent",
+                          nodeid="suites/e2e/test_bundled.py::test_sizes"), localization=loc)  # fmt: skip
     text_classes = rec(
         nodeid="t::text-classes", evidence={**rec()["evidence"], "equivalence_classes": "{1..3} {4..8}"}
     )
@@ -95,17 +97,7 @@ def _varied() -> list[dict]:
             shape={"K": 8},
         ),
         engine,
-        _with(
-            rec(
-                family="engine",
-                implementation="bundled",
-                mode="default",
-                oracle="batch-size",
-                verdict="divergent",
-                nodeid="suites/e2e/test_bundled.py::test_sizes",
-            ),
-            localization=loc,
-        ),  # fmt: skip
+        localized,
         text_classes,
         rec(mode="", quantization="", nodeid="t::empty-mode"),  # "" and null are one configuration
         rec(
