@@ -86,20 +86,21 @@ def _checks() -> str:
 
 
 def _scan(con: Any, path: Path, index: int, create: bool) -> None:
-    """One parse of every line into table ``f``: its length, the key texts and a validity flag."""
+    """One parse of every line into table ``f``, in line order (its ``rowid``; no window function,
+    which would keep the scan on one core): its length, the key texts and a validity flag."""
     paths = ", ".join(_quote("$." + p) for p in ALL)
     ident = ", ".join(f"coalesce(x[{len(PATHS) + k + 1}], chr(2))" for k in range(len(IDENTITY)))
     optional = lambda k: f"CASE WHEN {_x(k)} IN ('null', '\"\"') THEN NULL ELSE {_x(k)} END"  # noqa: E731  `or None`
     lines = (f"read_csv({_quote(str(path))}, columns = {{'l': 'VARCHAR'}}, delim = chr(1), quote = '', escape = '', "
              f"header = false, auto_detect = false, new_line = '\\n', max_line_size = {MAX_LINE}, buffer_size = {2 * MAX_LINE})")  # fmt: skip
     select = f"""
-        SELECT {index} AS fi, n, len, blank, NOT blank AND coalesce({_checks()}, false) AS ok,
+        SELECT {index} AS fi, len, blank, NOT blank AND coalesce({_checks()}, false) AS ok,
                {_x("nodeid")} AS nodeid, {_x("family")} AS fam, {_x("implementation")} AS impl,
                {optional("mode")} AS md, {optional("quantization")} AS quant, {_x("oracle")} AS orc,
                {_x("shape")} AS shape, concat_ws(chr(1), {ident}) AS ident, {_x("run_id")} AS run, {_x("time")} AS time,
                {_x("evidence.equivalence_classes")} AS eqc, {_x("extra.localization")} AS loc
-        FROM (SELECT n, len, blank, CASE WHEN blank THEN NULL ELSE json_extract(l, [{paths}])::VARCHAR[] END AS x
-              FROM (SELECT row_number() OVER () - 1 AS n, coalesce(strlen(l), 0) AS len,
+        FROM (SELECT len, blank, CASE WHEN blank THEN NULL ELSE json_extract(l, [{paths}])::VARCHAR[] END AS x
+              FROM (SELECT coalesce(strlen(l), 0) AS len,
                            l IS NULL OR regexp_full_match(l, '[ \\t\\x0b\\x0c]*') AS blank, l FROM {lines}))
     """  # fmt: skip
     con.execute(f"CREATE TEMP TABLE f AS {select}" if create else f"INSERT INTO f {select}")
@@ -152,7 +153,7 @@ def _connect() -> Any:
 
     con = duckdb.connect()
     con.execute(f"SET threads = {max(1, min(4, os.cpu_count() or 1))}")
-    con.execute("SET preserve_insertion_order = true")  # row_number() OVER () is the line's index
+    con.execute("SET preserve_insertion_order = true")  # a row's rowid is its line's place
     con.execute("SET enable_progress_bar = false")  # the CLI prints its own lines only
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")  # the key columns spill to disk past it
     con.execute(f"SET temp_directory = {_quote(tempfile.gettempdir())}")
@@ -186,7 +187,7 @@ def kept_lines(paths: list[Path]) -> tuple[int, dict[int, dict[int, tuple]]]:
         rows = con.execute("""
             WITH b AS (
                 SELECT nodeid, fam, impl, md, quant, orc, shapes.c AS shape, cls, stk,
-                       {'ts': times.ts, 'run': runs.r, 'fi': fi, 'n': n} AS o
+                       {'ts': times.ts, 'run': runs.r, 'pos': f.rowid} AS o
                 FROM f JOIN ident USING (ident) JOIN shapes ON f.shape = shapes.t
                        JOIN times ON f.time = times.t JOIN runs ON f.run = runs.t
                 WHERE ok
@@ -196,35 +197,37 @@ def kept_lines(paths: list[Path]) -> tuple[int, dict[int, dict[int, tuple]]]:
             ), v AS (
                 SELECT o, max(o) OVER (PARTITION BY nodeid, fam, impl, md, quant, orc, cls, stk) AS top FROM w
             )
-            SELECT f.fi, f.n, f.nodeid, f.time, f.run FROM v JOIN f ON f.fi = v.o.fi AND f.n = v.o.n
-            WHERE v.o.run = v.top.run ORDER BY f.fi, f.n
+            SELECT f.fi, f.rowid, f.nodeid, f.time, f.run FROM v JOIN f ON f.rowid = v.o.pos
+            WHERE v.o.run = v.top.run ORDER BY f.rowid
         """).fetchall()  # fmt: skip
     finally:
         con.close()
     kept: dict[int, dict[int, tuple]] = {}
-    for fi, n, *texts in rows:
-        offsets, lens = lengths[fi]
+    for fi, pos, *texts in rows:
+        base, offsets, lens = lengths[fi]
+        n = pos - base
         kept.setdefault(fi, {})[n] = (int(offsets[n]), int(lens[n]), tuple(_decode(t) for t in texts))
     return int(total), kept
 
 
-def _lengths(con: Any, files: list[tuple[int, Path]]) -> dict[int, tuple[Any, Any]]:
-    """Per file, each line's byte offset and length; raises :class:`Fallback` where the lengths
+def _lengths(con: Any, files: list[tuple[int, Path]]) -> dict[int, tuple[int, Any, Any]]:
+    """Per file, the rowid of its first line and each line's byte offset and length; raises :class:`Fallback` where the lengths
     and one newline each do not add up to the file's size (lines are not what Python reads)."""
     import numpy as np
 
     out = {}
     for i, path in files:
-        lens = (
-            con.execute(f"SELECT len FROM f WHERE fi = {i} ORDER BY n").fetchnumpy()["len"].astype(np.int64)
-        )
+        got = con.execute(f"SELECT rowid, len FROM f WHERE fi = {i} ORDER BY rowid").fetchnumpy()
+        rowids, lens = got["rowid"], got["len"].astype(np.int64)
+        if len(rowids) and rowids[-1] - rowids[0] != len(rowids) - 1:
+            raise Fallback(f"{path}: its lines are not one run of rows")
         ends = np.cumsum(lens + 1)
         with open(path, "rb") as fh:
             fh.seek(-1, os.SEEK_END)
             size = path.stat().st_size + (fh.read(1) != b"\n")
         if not len(ends) or ends[-1] != size:
             raise Fallback(f"{path}: the lines DuckDB read do not add up to the file")
-        out[i] = (ends - lens - 1, lens)
+        out[i] = (int(rowids[0]), ends - lens - 1, lens)
     return out
 
 
