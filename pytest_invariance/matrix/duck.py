@@ -1,41 +1,52 @@
-"""The fast path of the streaming matrix: DuckDB picks the latest record per configuration.
+"""The fast path of the streaming matrix: DuckDB selects the kept records, Python reads only those.
 
 Why: parsing a 2 KB record into Python objects costs more than everything the matrix then does
-with it, and a fleet's records run to millions of lines. DuckDB reads the JSONL in C++ (both
-cores), keeps a few key columns per line, and answers which line is the latest of each
-configuration (per software stack, the same two rules as ``reduce.Reducer.kept``). Only those
-lines, one per configuration, are then parsed by Python and fed to the same reducer, so the cells
-are the ones the pure-Python path builds.
+with it, and a fleet's records run to millions of lines. DuckDB reads each file as lines (both
+cores), parses each line once (``json_extract`` of every path the selection needs) and keeps a
+few short JSON texts per line. What only Python can say exactly (a hardware class, a software
+stack, a canonical shape, a time in seconds, the order of run ids, whether equivalence classes
+and a localization read) Python computes once per *distinct* text, with the functions the
+pure-Python path uses, and DuckDB joins back. DuckDB then applies the two rules of
+``reduce.Reducer.kept`` and answers where the kept lines are; Python reads, parses and reduces
+those lines only (one per configuration), by byte offset, never iterating over the file.
 
-Anything unusual sends the caller back to the pure-Python path, which reports bad lines by file
-and line: a line DuckDB cannot parse, a row that fails the schema checks here, or a kept line
-that does not read back as the record DuckDB described (``Fallback``).
+Anything the fast path cannot reproduce exactly sends the caller back to the pure-Python path,
+which reports bad lines by file and line (``Fallback``): a line that is not UTF-8 or JSON or
+holds a carriage return, a line failing ``records.parse_record``'s checks, a node id, run id,
+time, mode or quantization that is not a string or null (the Python path keys on such values,
+the fast path on text), line lengths that do not add up to the file's size, or a kept line that
+does not read back as the record DuckDB described. Where a line repeats a key, the first value
+speaks here and the last in Python: such lines are not JSON that any writer here produces.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..identity import hardware_class, stack_of
+from ..oracles.classes import check_ranges
 from ..oracles.vocabulary import VERDICTS
-from ..recordio import Where
-from ..records import SCHEMA_MAJOR, SCHEMA_NAME, RecordError, parse_record
-from .reduce import Reducer, time_of
+from ..recordio import Where, _loads
+from ..records import REQUIRED, SCHEMA_MAJOR, SCHEMA_NAME, RecordError, _check_localization, parse_record
+from .reduce import Reducer, shape_text, time_of
 
-STRINGS = ("schema", "run_id", "time", "family", "implementation", "mode", "quantization", "oracle", "verdict",
-           "nodeid")  # fmt: skip
-# What a hardware class and a software stack are made of (``identity``): pulled out of the small
-# hardware and software objects, mapped to class and stack in Python once per distinct tuple.
+# Every path the selection and the checks read, each as JSON text (SQL NULL: absent).
+PATHS = ("schema", "run_id", "time", "family", "implementation", "mode", "quantization", "oracle", "verdict",
+         "nodeid", "shape", "dtype", "contract", "software", "evidence", "control", "cost", "extra",
+         "evidence.first", "evidence.equivalence_classes", "extra.localization")  # fmt: skip
+# What a hardware class and a software stack are made of (``identity``): mapped to class and
+# stack in Python once per distinct tuple.
 IDENTITY = (("hardware", "name"), ("hardware", "kind"), ("hardware", "compute_capability"), ("hardware", "isa"),
-            ("hardware", "amx"), ("software", "torch"), ("software", "triton"), ("hardware", "cuda"),
-            ("hardware", "driver"), ("software", "cublas"), ("software", "cudnn"), ("software", "nccl"))  # fmt: skip
-ID_COLUMNS = [f"i{k}" for k in range(len(IDENTITY))] + ["ieng"]
-
-
+            ("hardware", "amx"), ("hardware", "cuda"), ("hardware", "driver"), ("software", "torch"),
+            ("software", "triton"), ("software", "cublas"), ("software", "cudnn"), ("software", "nccl"),
+            ("software", "engine"))  # fmt: skip
+SEP, ABSENT = "\x01", "\x02"  # never in JSON text: control characters are escaped there
 MEMORY_LIMIT = "1GB"
+MAX_LINE = 16 * 2**20  # read_csv buffers twice that per thread
 
 
 class Fallback(Exception):
@@ -46,121 +57,207 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _scan(con: Any, path: Path, index: int) -> None:
-    """One parse of every line: the key columns, the identity parts and a validity flag."""
-    columns = ", ".join(f"{name}: 'VARCHAR'" for name in STRINGS) + ", shape: 'JSON', hardware: 'JSON', software: 'JSON'"
-    lists = {section: "[" + ", ".join(_quote("$." + f) for s_, f in IDENTITY if s_ == section) + "]"
-             for section in ("hardware", "software")}  # fmt: skip
-    position = {"hardware": 0, "software": 0}
-    parts = []
-    for k, (section, _) in enumerate(IDENTITY):
-        position[section] += 1
-        parts.append(f"{section[0]}x[{position[section]}] AS i{k}")
-    ids = ", ".join(parts)
-    verdicts = ", ".join(_quote(v) for v in VERDICTS)
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE f{index} AS
-        SELECT fi, n, {", ".join(STRINGS)}, shape, {ids}, ieng, ok FROM (
-        SELECT {index} AS fi, row_number() OVER () - 1 AS n, {", ".join(STRINGS)}, shape::VARCHAR AS shape,
-               json_extract_string(hardware, {lists["hardware"]}) AS hx, json_extract_string(software, {lists["software"]}) AS sx,
-               json_extract(software, '$.engine')::VARCHAR AS ieng,
-               (schema = {_quote(f"{SCHEMA_NAME}/{SCHEMA_MAJOR}")} OR schema LIKE {_quote(f"{SCHEMA_NAME}/{SCHEMA_MAJOR}.%")})
-               AND verdict IN ({verdicts}) AND coalesce(family, '') <> '' AND coalesce(implementation, '') <> ''
-               AND coalesce(oracle, '') <> '' AND json_type(hardware) = 'OBJECT' AND json_type(software) = 'OBJECT'
-               AND coalesce(json_extract_string(hardware, '$.name'), '') <> '' AS ok
-        FROM read_json({_quote(str(path))}, format = 'newline_delimited', columns = {{{columns}}}))
-    """)  # fmt: skip
+ALL = (*PATHS, *(f"{s}.{f}" for s, f in IDENTITY))
 
 
-def _identities(con: Any, tables: str) -> None:
-    """Hardware class and stack per distinct identity tuple, and each time as seconds."""
-    import orjson
+def _x(path: str) -> str:
+    return f"x[{ALL.index(path) + 1}]"
+
+
+def _checks() -> str:
+    """True where ``parse_record`` accepts the line and the fast path keys on it exactly."""
+    string, obj = "left({0}, 1) = '\"'", "left({0}, 1) = '{{'"
+    nonempty = f"({string} AND {{0}} <> '\"\"')"
+    schema = re.escape(f'"{SCHEMA_NAME}/{SCHEMA_MAJOR}') + r'(\.[^/"\\]*)?"'
+    verdicts = ", ".join(_quote(f'"{v}"') for v in VERDICTS)
+    checks = [f"{_x(k)} IS NOT NULL" for k in REQUIRED if k != "hardware"]
+    checks += [
+        f"regexp_full_match({_x('schema')}, {_quote(schema)})",
+        f"{_x('verdict')} IN ({verdicts})",
+        nonempty.format(_x("hardware.name")),
+    ]  # a string name also says hardware is an object
+    checks += [nonempty.format(_x(k)) for k in ("family", "implementation", "oracle")]
+    checks += [obj.format(_x(k)) for k in ("evidence", "software")]
+    checks += [f"({_x(k)} IS NULL OR {_x(k)} = 'null' OR {obj.format(_x(k))})" for k in ("control", "cost", "extra",
+                                                                                           "evidence.first")]  # fmt: skip
+    checks += [f"({_x(k)} = 'null' OR {string.format(_x(k))})" for k in ("nodeid", "run_id", "time", "mode",
+                                                                         "quantization")]  # fmt: skip
+    return " AND ".join(checks)
+
+
+def _scan(con: Any, path: Path, index: int, create: bool) -> None:
+    """One parse of every line into table ``f``, in line order (its ``rowid``; no window function,
+    which would keep the scan on one core): its length, the key texts and a validity flag."""
+    paths = ", ".join(_quote("$." + p) for p in ALL)
+    ident = ", ".join(f"coalesce(x[{len(PATHS) + k + 1}], chr(2))" for k in range(len(IDENTITY)))
+    optional = lambda k: f"CASE WHEN {_x(k)} IN ('null', '\"\"') THEN NULL ELSE {_x(k)} END"  # noqa: E731  `or None`
+    lines = (f"read_csv({_quote(str(path))}, columns = {{'l': 'VARCHAR'}}, delim = chr(1), quote = '', escape = '', "
+             f"header = false, auto_detect = false, new_line = '\\n', max_line_size = {MAX_LINE}, buffer_size = {2 * MAX_LINE})")  # fmt: skip
+    select = f"""
+        SELECT {index} AS fi, len, blank, NOT blank AND coalesce({_checks()}, false) AS ok,
+               {_x("nodeid")} AS nodeid, {_x("family")} AS fam, {_x("implementation")} AS impl,
+               {optional("mode")} AS md, {optional("quantization")} AS quant, {_x("oracle")} AS orc,
+               {_x("shape")} AS shape, concat_ws(chr(1), {ident}) AS ident, {_x("run_id")} AS run, {_x("time")} AS time,
+               {_x("evidence.equivalence_classes")} AS eqc, {_x("extra.localization")} AS loc
+        FROM (SELECT len, blank, CASE WHEN blank THEN NULL ELSE json_extract(l, [{paths}])::VARCHAR[] END AS x
+              FROM (SELECT coalesce(strlen(l), 0) AS len,
+                           l IS NULL OR regexp_full_match(l, '[ \\t\\x0b\\x0c]*') AS blank, l FROM {lines}))
+    """  # fmt: skip
+    con.execute(f"CREATE TEMP TABLE f AS {select}" if create else f"INSERT INTO f {select}")
+
+
+def _register(con: Any, name: str, column: str, values: list[tuple], names: list[str]) -> None:
     import pandas as pd
 
-    rows = con.execute(f"SELECT DISTINCT {', '.join(ID_COLUMNS)} FROM ({tables})").fetchall()
+    con.register(name, pd.DataFrame(values, columns=[column, *names], dtype=object))
+
+
+def _decode(text: str | None) -> Any:
+    return None if text is None or text == ABSENT else _loads(text.encode())
+
+
+def _mappings(con: Any) -> None:
+    """Python's meaning of each distinct text, as tables ``ident``, ``shapes``, ``times``,
+    ``runs``; raises :class:`Fallback` where equivalence classes or a localization do not read."""
+    distinct = lambda col: [t for (t,) in con.execute(f"SELECT DISTINCT {col} FROM f WHERE ok").fetchall()]  # noqa: E731
+    for text in distinct("eqc"):
+        if text is not None and text != "null":
+            try:
+                check_ranges(_decode(text))
+            except ValueError as e:
+                raise Fallback(f"equivalence classes that do not read: {e}") from None
+    for text in distinct("loc"):
+        if text is not None:
+            try:
+                _check_localization(_decode(text))
+            except RecordError as e:
+                raise Fallback(str(e)) from None
     ident = []
-    for row in rows:
+    for text in distinct("ident"):
         sections: dict[str, dict] = {"hardware": {}, "software": {}}
-        for (section, field), value in zip(IDENTITY, row, strict=False):
-            sections[section][field] = {"true": True, "false": False}.get(value, value) if field == "amx" else value
-        sections["software"]["engine"] = None if row[-1] is None else orjson.loads(row[-1])
+        for (section, field), part in zip(IDENTITY, text.split(SEP), strict=True):
+            if part != ABSENT:
+                sections[section][field] = _decode(part)
         hw, sw = sections["hardware"], sections["software"]
-        ident.append((*row, hardware_class(hw), repr(stack_of(hw, sw))))
-    con.register("ident", pd.DataFrame(ident, columns=[*ID_COLUMNS, "cls", "stk"], dtype=object))
-    times = con.execute(f"SELECT DISTINCT time FROM ({tables})").fetchall()
-    con.register("times", pd.DataFrame([(t, time_of(str(t or ""))) for (t,) in times], columns=["t", "ts"]))
+        ident.append((text, hardware_class(hw), repr(stack_of(hw, sw))))
+    _register(con, "ident", "ident", ident, ["cls", "stk"])
+    _register(con, "shapes", "t", [(t, shape_text(_decode(t))) for t in distinct("shape")], ["c"])
+    _register(con, "times", "t", [(t, time_of(str(_decode(t) or ""))) for t in distinct("time")], ["ts"])
+    runs = {t: str(_decode(t) or "") for t in distinct("run")}
+    rank = {v: r for r, v in enumerate(sorted(set(runs.values())))}
+    _register(con, "runs", "t", [(t, rank[v]) for t, v in runs.items()], ["r"])
 
 
-def kept_lines(paths: list[Path]) -> tuple[int, dict[int, dict[int, tuple]]]:
-    """(records read, {file index: {non-blank line index: (nodeid, time, run id)}}) of the
-    lines the matrix keeps. Raises :class:`Fallback` where the Python path must decide."""
+def _connect() -> Any:
     import duckdb
 
     con = duckdb.connect()
+    con.execute(f"SET threads = {max(1, min(4, os.cpu_count() or 1))}")
+    con.execute("SET preserve_insertion_order = true")  # a row's rowid is its line's place
+    con.execute("SET enable_progress_bar = false")  # the CLI prints its own lines only
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")  # the key columns spill to disk past it
+    con.execute(f"SET temp_directory = {_quote(tempfile.gettempdir())}")
+    return con
+
+
+def kept_lines(paths: list[Path]) -> tuple[int, dict[int, dict[int, tuple]]]:
+    """(records read, {file index: {line index: (byte offset, length without its newline,
+    (node id, time, run id))}}) of the lines the matrix keeps. Raises :class:`Fallback` where
+    the Python path must decide."""
+    import duckdb
+
+    con = _connect()
     try:
-        con.execute(f"SET threads = {max(1, min(4, os.cpu_count() or 1))}")
-        con.execute("SET preserve_insertion_order = true")
-        con.execute("SET enable_progress_bar = false")  # the CLI prints its own lines only
-        con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")  # the key columns spill to disk past it
-        con.execute(f"SET temp_directory = {_quote(tempfile.gettempdir())}")
+        if not all(p.is_file() for p in paths):
+            raise Fallback("a path that is not a file")  # the Python path says which, in one line
+        files = [(i, p) for i, p in enumerate(paths) if p.stat().st_size > 0]  # read_csv: no rows
+        if not files:
+            return 0, {}
         try:
-            for i, path in enumerate(paths):
-                _scan(con, path, i)
-        except duckdb.Error as e:  # a line that is not JSON, a file that is not JSONL
+            for k, (i, path) in enumerate(files):
+                _scan(con, path, i, create=not k)
+        except duckdb.Error as e:  # not UTF-8, not JSON, a carriage return
             raise Fallback(str(e).splitlines()[0]) from None
-        tables = " UNION ALL ".join(f"SELECT * FROM f{i}" for i in range(len(paths)))
-        total, bad = con.execute(f"SELECT count(*), count(*) FILTER (WHERE NOT ok) FROM ({tables})").fetchone()
+        total, bad = con.execute("SELECT count(*) FILTER (WHERE NOT blank), count(*) FILTER (WHERE NOT blank AND "
+                                 "NOT ok) FROM f").fetchone()  # fmt: skip
         if bad:
             raise Fallback(f"{bad} line(s) fail the schema checks")
-        _identities(con, tables)
-        join = " AND ".join(f"a.{c} IS NOT DISTINCT FROM ident.{c}" for c in ID_COLUMNS)
-        rows = con.execute(f"""
+        lengths = _lengths(con, files)
+        _mappings(con)
+        rows = con.execute("""
             WITH b AS (
-                SELECT fi, n, nodeid, coalesce(family, '') AS fam, coalesce(implementation, '') AS impl,
-                       nullif(mode, '') AS md, nullif(quantization, '') AS quant, coalesce(oracle, '') AS orc,
-                       shape, cls, stk, coalesce(run_id, '') AS run, time, ts
-                FROM ({tables}) a JOIN ident ON {join} LEFT JOIN times ON a.time IS NOT DISTINCT FROM times.t
+                SELECT nodeid, fam, impl, md, quant, orc, shapes.c AS shape, cls, stk,
+                       {'ts': times.ts, 'run': runs.r, 'pos': f.rowid} AS o
+                FROM f JOIN ident USING (ident) JOIN shapes ON f.shape = shapes.t
+                       JOIN times ON f.time = times.t JOIN runs ON f.run = runs.t
+                WHERE ok
             ), w AS (
-                SELECT *, row_number() OVER (PARTITION BY nodeid, fam, impl, md, quant, orc, shape, cls, stk
-                                             ORDER BY ts DESC, run DESC, fi DESC, n DESC) AS r FROM b
-            ), nodes AS (
-                SELECT *, first_value(run) OVER (PARTITION BY nodeid, fam, impl, md, quant, orc, cls, stk
-                                                 ORDER BY ts DESC, run DESC, fi DESC, n DESC) AS newest FROM w WHERE r = 1
+                SELECT nodeid, fam, impl, md, quant, orc, cls, stk, max(o) AS o FROM b
+                GROUP BY nodeid, fam, impl, md, quant, orc, shape, cls, stk
+            ), v AS (
+                SELECT o, max(o) OVER (PARTITION BY nodeid, fam, impl, md, quant, orc, cls, stk) AS top FROM w
             )
-            SELECT fi, n, nodeid, time, run FROM nodes WHERE run = newest
+            SELECT f.fi, f.rowid, f.nodeid, f.time, f.run FROM v JOIN f ON f.rowid = v.o.pos
+            WHERE v.o.run = v.top.run ORDER BY f.rowid
         """).fetchall()  # fmt: skip
     finally:
         con.close()
     kept: dict[int, dict[int, tuple]] = {}
-    for fi, n, nodeid, t, run in rows:
-        kept.setdefault(fi, {})[n] = (nodeid, t, run)
+    for fi, pos, *texts in rows:
+        base, offsets, lens = lengths[fi]
+        n = pos - base
+        kept.setdefault(fi, {})[n] = (int(offsets[n]), int(lens[n]), tuple(_decode(t) for t in texts))
     return int(total), kept
 
 
-def reduce_files(paths: list[Path], reducer: Reducer) -> None:
-    """Feed ``reducer`` the kept records of ``paths`` with where each is. Raises :class:`Fallback` (nothing added) where the Python path must decide."""
-    import orjson
+def _lengths(con: Any, files: list[tuple[int, Path]]) -> dict[int, tuple[int, Any, Any]]:
+    """Per file, the rowid of its first line and each line's byte offset and length; raises :class:`Fallback` where the lengths
+    and one newline each do not add up to the file's size (lines are not what Python reads)."""
+    import numpy as np
 
-    total, kept = kept_lines(paths)
-    found = []
-    for fi, path in enumerate(paths):
-        want = kept.get(fi, {})
+    out = {}
+    for i, path in files:
+        got = con.execute(f"SELECT rowid, len FROM f WHERE fi = {i} ORDER BY rowid").fetchnumpy()
+        rowids, lens = got["rowid"], got["len"].astype(np.int64)
+        if len(rowids) and rowids[-1] - rowids[0] != len(rowids) - 1:
+            raise Fallback(f"{path}: its lines are not one run of rows")
+        ends = np.cumsum(lens + 1)
         with open(path, "rb") as fh:
-            offset, n = 0, 0
-            for raw in fh:
-                start, offset = offset, offset + len(raw)
-                if not raw.strip():
-                    continue
-                if n in want:
-                    try:
-                        rec = parse_record(orjson.loads(raw))
-                    except (orjson.JSONDecodeError, RecordError) as e:
-                        raise Fallback(f"{path}: line of record {n} reads differently: {e}") from None
-                    if (rec["nodeid"], rec["time"], rec["run_id"]) != want[n]:
-                        raise Fallback(f"{path}: record {n} is not the line DuckDB counted")
-                    found.append((rec, Where(fi, start, len(raw))))
-                n += 1
-    for position, (rec, where) in enumerate(found):
-        reducer.read = position  # positions only break ties between records of one configuration
-        reducer.add(rec, where)
+            fh.seek(-1, os.SEEK_END)
+            size = path.stat().st_size + (fh.read(1) != b"\n")
+        if not len(ends) or ends[-1] != size:
+            raise Fallback(f"{path}: the lines DuckDB read do not add up to the file")
+        out[i] = (int(rowids[0]), ends - lens - 1, lens)
+    return out
+
+
+def reduce_files(paths: list[Path], reducer: Reducer) -> None:
+    """Feed ``reducer`` the kept records of ``paths`` with where each is, in file and line order.
+    Raises :class:`Fallback` (``reducer`` then holds part of them: discard it) where the Python
+    path must decide."""
+    total, kept = kept_lines(paths)
+    position = 0
+    for fi, path in enumerate(paths):
+        want = kept.get(fi)
+        if not want:
+            continue
+        with open(path, "rb") as fh:
+            for n in sorted(want):
+                offset, length, described = want[n]
+                fh.seek(max(0, offset - 1))
+                raw = fh.read(length + 1 + (offset > 0))
+                if offset and raw[:1] != b"\n":
+                    raise Fallback(f"{path}: line {n + 1} is not where DuckDB counted it")
+                raw = raw[1:] if offset else raw
+                if raw[length:] not in (b"\n", b""):
+                    raise Fallback(f"{path}: line {n + 1} is not where DuckDB counted it")
+                try:
+                    rec = parse_record(_loads(raw))
+                except (ValueError, RecursionError) as e:  # RecordError and JSON errors are ValueErrors
+                    raise Fallback(f"{path}: line {n + 1} reads differently: {e}") from None
+                if (rec["nodeid"], rec["time"], rec["run_id"]) != described:
+                    raise Fallback(f"{path}: line {n + 1} is not the record DuckDB described")
+                reducer.read = position  # positions only break ties between records of one configuration
+                reducer.add(rec, Where(fi, offset, len(raw)))
+                position += 1
     reducer.read = total

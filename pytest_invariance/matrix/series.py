@@ -54,6 +54,8 @@ def _test_label(rec: Record) -> str:
 def _ints(values: Any) -> set[int]:
     if not isinstance(values, list):
         return set()
+    if all(type(v) is int for v in values):  # what records hold: one pass in C, no conversions
+        return set(values)
     return {int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
@@ -181,7 +183,9 @@ def _xy_pairs(ev: Mapping[str, Any]) -> list[tuple[float, float]]:
     return sorted(out)
 
 
-def unique_series(items: Iterable[Any], with_hardware: bool = True) -> list[tuple[str, list[tuple[float, float]]]]:
+def unique_series(
+    items: Iterable[Any], with_hardware: bool = True
+) -> list[tuple[str, list[tuple[float, float]]]]:
     """Engine records: unique completions vs concurrency (1 everywhere means invariant)."""
     out = []
     for item in _items(items):
