@@ -50,16 +50,20 @@ Bugs (``bug=``), each one explicit rule applied per engine step, to every row of
   ``finish``; ``abort``: only a slot freed by a client hanging up mid-stream keeps its contents),
   and a later row given that slot (lowest free first) changes while the old occupant left tokens
   beyond its own length in its current ``block_size`` block, by an amount set by what was left.
+- ``long-context``: a row whose context (prompt and generated tokens) reaches ``split_kv_tokens``
+  (default 1024) decodes with split KV, in ``8 // n`` pieces at a step of ``n`` rows (one piece,
+  clean, from 8 rows on): long rows change with the batch size, short rows never.
 
 Knobs (keywords of ``FakeEngine``; ``FakeConfig`` fields): ``ladder``, ``neighbour_trigger``,
 ``chunk_tokens``, ``block_size`` (16), ``replay_rate``, ``token_budget``, ``batch_threshold``,
-``row_from``, ``sampler_trigger``, ``stale_after``, ``prefix_cache`` (True), ``step_s`` (0.002
-s per engine step, so that concurrent requests overlap), ``max_num_seqs`` (256), ``seed`` (model
-weights). ``report_ladder``: how the fake describes itself, as ``none`` (a plain OpenAI server:
-``/v1/models`` only), ``bundled`` (``/server_info`` with ``mode`` and ``cuda_graph_buckets``),
-``vllm`` (``/server_info`` with ``vllm_config.compilation_config.cudagraph_capture_sizes`` and
-``VLLM_BATCH_INVARIANT=1``; ``/version``) or ``sglang`` (``/server_info`` with ``cuda_graph_bs``
-and ``enable_deterministic_inference``). Every style claims invariance.
+``row_from``, ``sampler_trigger``, ``stale_after``, ``split_kv_tokens``, ``prefix_cache`` (True),
+``step_s`` (0.002 s per engine step, so that concurrent requests overlap), ``max_num_seqs`` (256),
+``seed`` (model weights). ``report_ladder``: how the fake describes itself, as ``none`` (a plain
+OpenAI server: ``/v1/models`` only), ``bundled`` (``/server_info`` with ``mode`` and
+``cuda_graph_buckets``), ``vllm`` (``/server_info`` with
+``vllm_config.compilation_config.cudagraph_capture_sizes`` and ``VLLM_BATCH_INVARIANT=1``;
+``/version``) or ``sglang`` (``/server_info`` with ``cuda_graph_bs`` and
+``enable_deterministic_inference``). Every style claims invariance.
 
 Routes: ``POST /v1/completions`` (``prompt`` as text, token ids or a list of either; ``max_tokens``,
 ``temperature``, ``seed``, ``n``, ``logprobs`` (legacy object, tokens named ``token_id:N``),

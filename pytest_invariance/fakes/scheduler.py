@@ -25,7 +25,7 @@ import numpy as np
 from .model import PRINTABLE, TinyModel
 
 BUGS = ("none", "padding", "neighbour", "replay", "warm-cache", "token-budget", "large-batch", "mixed-step",
-        "row-index", "sampler-path", "stale-slot")  # fmt: skip
+        "row-index", "sampler-path", "stale-slot", "long-context")  # fmt: skip
 NEIGHBOUR_TRIGGERS = ("long-prompt", "shared-prefix", "sampling")
 SAMPLER_TRIGGERS = ("top-logprobs", "n", "stream")
 STALE_AFTER = ("finish", "abort")
@@ -53,6 +53,7 @@ class FakeConfig:
     row_from: int = 1  # row-index: rows at this index of their step and later change
     sampler_trigger: str = "top-logprobs"  # sampler-path: what in another request switches the sampler
     stale_after: str = "finish"  # stale-slot: which freed slots keep their contents (every one, or aborted ones)
+    split_kv_tokens: int = 1024  # long-context: rows with at least this much context split their KV by batch
 
     def __post_init__(self) -> None:
         if self.bug not in BUGS:
@@ -65,8 +66,8 @@ class FakeConfig:
                              f"got {self.sampler_trigger!r}")  # fmt: skip
         if self.stale_after not in STALE_AFTER:
             raise ValueError(f"stale_after must be one of {', '.join(STALE_AFTER)}, got {self.stale_after!r}")
-        if min(self.token_budget, self.batch_threshold, self.row_from) < 1:
-            raise ValueError("token_budget, batch_threshold and row_from must be positive")
+        if min(self.token_budget, self.batch_threshold, self.row_from, self.split_kv_tokens) < 1:
+            raise ValueError("token_budget, batch_threshold, row_from and split_kv_tokens must be positive")
         if not self.ladder or min(self.ladder) < 1:
             raise ValueError(f"ladder must be positive batch sizes, got {self.ladder!r}")
         object.__setattr__(self, "ladder", tuple(sorted(set(int(b) for b in self.ladder))))
@@ -221,6 +222,10 @@ class Scheduler:
             return [1.0 if any(self._switches_sampler(o, r) for o in rows) else 0.0 for r in rows]
         if cfg.bug == "stale-slot":
             return [self._stale_tail(r) for r in rows]
+        if cfg.bug == "long-context":  # split-KV decode: splits fill the SMs, so fewer as the batch grows
+            splits = max(1, 8 // n)
+            return [float(splits) if splits > 1 and len(r.prompt) + len(r.tokens) >= cfg.split_kv_tokens else 0.0
+                    for r in rows]  # fmt: skip
         return [0.0] * n
 
     def _switches_sampler(self, other: Row, row: Row) -> bool:

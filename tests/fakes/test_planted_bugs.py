@@ -271,3 +271,13 @@ def test_stale_slot_shows_only_after_another_request_left_its_slot(after):
         _stream_and_hang_up(f.url, "y" * 60, 2)  # a client hangs up: its slot is freed as it was
         time.sleep(0.1)
         assert _complete(f.url, PROBE)[0] != first
+
+
+def test_long_context_rows_change_with_the_batch_and_short_rows_never():
+    with FakeEngine("long-context", split_kv_tokens=100) as f:
+        long = "w" * 120
+        alone = _complete(f.url, long, 8)[0]
+        assert _complete(f.url, [long, "short"], 8)[0] != alone  # 4 splits, not 8
+        assert set(_complete(f.url, [long] * 8, 8)) == set(_complete(f.url, [long] * 9, 8))  # one split from 8
+        short = _complete(f.url, PROBE, 8)[0]
+        assert set(_complete(f.url, [PROBE] * 3, 8)) == {short}
