@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         else []
     )
     ablation = [] if args.no_ablation else ablation_lines(logs, args.profile)
-    print("\n=== pytest-invariance demo: one prompt, batches of 1..16 copies in one request, greedy ===")
+    print("\n=== pytest-invariance demo: one prompt, batches of 1..64 copies in one request, greedy ===")
     for line in summarize(recs) or [f"(no single-sweep record: see {pytest_log})"]:
         print("  " + line)
     mechs = _mechanisms(recs)

@@ -21,29 +21,48 @@ BASE_LEVELS = {
 }
 
 
+# One wide batch past the ladder crossings, so a kernel switch at a size that is no ladder edge and
+# above the crossings (a tile or heuristic boundary at 48 rows, say) still shows: the per-op quick
+# profile's largest batch (64 + 1), one more list request, capped at the target's reported
+# max_num_seqs so that it runs as one step. full already crosses to 129.
+REACH = {"quick": {"single": 65}, "full": {}}
+
+
+def wide_batch(profile: str, sweep: str, info: dict | None) -> list[int]:
+    """The profile's wide batch for ``sweep`` (none, or one size), within the target's max_num_seqs."""
+    n = REACH["quick" if profile == "quick" else "full"].get(sweep)
+    cap = (info or {}).get("max_num_seqs")
+    if n is not None and isinstance(cap, int) and not isinstance(cap, bool) and cap >= 2:
+        n = min(n, cap)
+    return [] if n is None else [n]
+
+
 def levels(profile: str, t: Target | None = None, sweep: str = "single") -> list[int]:
     """Concurrencies of a sweep: the target's ``--invariance-levels`` (single and mixed), else the
     profile's powers of two plus every capture-ladder edge -1, edge, +1 up to the profile's limit
-    (the target's reported ladder, else the vLLM/SGLang defaults: :mod:`.ladder`)."""
+    (the target's reported ladder, else the vLLM/SGLang defaults: :mod:`.ladder`), plus the
+    profile's wide batch (``REACH``)."""
     if t is not None and t.options.levels and sweep != "seeded":
         return sorted(set(t.options.levels))
     base = list(BASE_LEVELS["quick" if profile == "quick" else "full"][sweep])
-    return base if t is None else crossing_levels(base, target_ladder(t.info))
+    return base if t is None else sorted(set(crossing_levels(base, target_ladder(t.info)) + wide_batch(profile, sweep, t.info)))
 
 
-def _ladder_note(t: Target, lv: list[int]) -> dict:
-    """The ladder the levels were drawn from, for the evidence (None where ``--invariance-levels`` set them)."""
+def _ladder_note(t: Target, lv: list[int], wide: int | None = None) -> dict:
+    """The ladder the levels were drawn from, for the evidence (None where ``--invariance-levels`` set
+    them): the edges crossed, up to the largest level short of the wide batch."""
     if t.options.levels:
         return {"ladder": {"source": "--invariance-levels", "edges": []}}
-    return {"ladder": target_ladder(t.info).evidence(max(lv))}
+    return {"ladder": target_ladder(t.info).evidence(max(n for n in lv if n != wide or n == min(lv)))}
 
 
 def sweep_single(t: Target, profile: str, seed: int) -> Outcome:
     """One prompt at concurrency 1..N: N identical greedy requests with staggered arrivals."""
     lv = levels(profile, t)
     params, p = gen(t, decode_len(profile)), probe(t)
+    wide = None if t.options.levels else next(iter(wide_batch(profile, "single", t.info)), None)
     shape = {"sweep": "single", "prompt": described(p), "max_tokens": params.max_tokens, "levels": lv,
-             **dispatch_shape(t)}  # fmt: skip
+             **({"wide_batch": wide} if wide else {}), **dispatch_shape(t)}  # fmt: skip
     return _over_levels(t, lv, params, seed, shape, lambda n: ([p] * n, list(range(n))))
 
 
@@ -84,7 +103,8 @@ def _over_levels(t: Target, lv: list[int], params: GenParams, seed: int, shape: 
                 ref_top = cs[0].top_logprobs
     except AdapterError as exc:
         return partial(outputs, shape, exc)
-    return with_batches(sequence_outcome(outputs, ref_top, shape, {**co_batching(batches), **_ladder_note(t, lv)},
+    note = _ladder_note(t, lv, shape.get("wide_batch"))
+    return with_batches(sequence_outcome(outputs, ref_top, shape, {**co_batching(batches), **note},
                                          logprobs=compared_logprobs(t, lps)), seen)
 
 

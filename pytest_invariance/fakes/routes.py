@@ -90,7 +90,7 @@ def completions(fake: Any, h: Any, body: dict) -> None:
     base = {"id": f"cmpl-{rows[0].request}", "object": "text_completion", "created": int(time.time()),
             "model": MODEL_NAME}  # fmt: skip
     if body.get("stream"):
-        return h.send_events(_completion_events(rows, base, want_lp))
+        return h.send_events(_completion_events(rows, base, want_lp), rows)
     wait(rows)
     choices = []
     for i, r in enumerate(rows):
@@ -143,7 +143,7 @@ def chat(fake: Any, h: Any, body: dict) -> None:
                       "logprobs": _chat_logprobs(r, k, k + 1) if want_lp else None,
                       "finish_reason": "length" if k + 1 == r.max_tokens else None}  # fmt: skip
                 yield {**base, "object": "chat.completion.chunk", "choices": [ch]}
-        return h.send_events(events())
+        return h.send_events(events(), rows)
     wait(rows)
     choices = [{"index": i, "message": {"role": "assistant", "content": decode(r.tokens)}, "token_ids": r.tokens,
                 "logprobs": _chat_logprobs(r, 0, len(r.tokens)) if want_lp else None, "finish_reason": "length"}
@@ -203,7 +203,7 @@ def handler(fake: Any) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def send_events(self, events: Iterator[dict]) -> None:
+        def send_events(self, events: Iterator[dict], rows: list[Row]) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()  # HTTP/1.0: the stream ends when the connection closes
@@ -212,8 +212,9 @@ def handler(fake: Any) -> type[BaseHTTPRequestHandler]:
                     self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
                     self.wfile.flush()
                 self.wfile.write(b"data: [DONE]\n\n")
-            except OSError:  # the client went away mid-stream; its rows finish unread
-                pass
+            except OSError:  # the client went away mid-stream: its rows are aborted, as a real engine does
+                assert fake.scheduler is not None
+                fake.scheduler.abort(rows)
 
         def do_GET(self) -> None:
             get(fake, self)

@@ -4,11 +4,14 @@ bug decides from the step's composition (or from chance) which rows are computed
 A step holds every admitted row: the prompts of each request that arrived before it (a list
 request's prompts arrive together, so they share every step) and whatever else is co-resident.
 Rows are computed one at a time at one shape, so without a bug nothing a row's neighbours do can
-reach it; each bug is one explicit rule below (``_scales``), never a host-BLAS accident.
+reach it; each bug is one explicit rule below (``_scales``), never a host-BLAS accident. Each
+running row holds a KV slot (the lowest free one); what a finished or aborted row leaves in its
+slot is read only by the stale-slot bug.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import queue
 import random
@@ -21,8 +24,11 @@ import numpy as np
 
 from .model import PRINTABLE, TinyModel
 
-BUGS = ("none", "padding", "neighbour", "replay", "warm-cache")
+BUGS = ("none", "padding", "neighbour", "replay", "warm-cache", "token-budget", "large-batch", "mixed-step",
+        "row-index", "sampler-path", "stale-slot", "long-context")  # fmt: skip
 NEIGHBOUR_TRIGGERS = ("long-prompt", "shared-prefix", "sampling")
+SAMPLER_TRIGGERS = ("top-logprobs", "n", "stream")
+STALE_AFTER = ("finish", "abort")
 # vLLM v1's default capture sizes to 512 (1, 2, 4, then every 8, then every 16)
 DEFAULT_LADDER = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
 _CACHE_ENTRIES = 20000
@@ -42,6 +48,12 @@ class FakeConfig:
     step_s: float = 0.002  # wall time of one engine step (so that concurrent requests overlap)
     max_num_seqs: int = 256
     seed: int = 0
+    token_budget: int = 2048  # token-budget: a step whose rows hold more tokens than this (all rows)
+    batch_threshold: int = 48  # large-batch: steps of at least this many rows take another kernel
+    row_from: int = 1  # row-index: rows at this index of their step and later change
+    sampler_trigger: str = "top-logprobs"  # sampler-path: what in another request switches the sampler
+    stale_after: str = "finish"  # stale-slot: which freed slots keep their contents (every one, or aborted ones)
+    split_kv_tokens: int = 1024  # long-context: rows with at least this much context split their KV by batch
 
     def __post_init__(self) -> None:
         if self.bug not in BUGS:
@@ -49,6 +61,13 @@ class FakeConfig:
         if self.neighbour_trigger not in NEIGHBOUR_TRIGGERS:
             raise ValueError(f"neighbour_trigger must be one of {', '.join(NEIGHBOUR_TRIGGERS)}, "
                              f"got {self.neighbour_trigger!r}")  # fmt: skip
+        if self.sampler_trigger not in SAMPLER_TRIGGERS:
+            raise ValueError(f"sampler_trigger must be one of {', '.join(SAMPLER_TRIGGERS)}, "
+                             f"got {self.sampler_trigger!r}")  # fmt: skip
+        if self.stale_after not in STALE_AFTER:
+            raise ValueError(f"stale_after must be one of {', '.join(STALE_AFTER)}, got {self.stale_after!r}")
+        if min(self.token_budget, self.batch_threshold, self.row_from, self.split_kv_tokens) < 1:
+            raise ValueError("token_budget, batch_threshold, row_from and split_kv_tokens must be positive")
         if not self.ladder or min(self.ladder) < 1:
             raise ValueError(f"ladder must be positive batch sizes, got {self.ladder!r}")
         object.__setattr__(self, "ladder", tuple(sorted(set(int(b) for b in self.ladder))))
@@ -70,6 +89,11 @@ class Row:
     top: int = 0  # top logprobs per token
     sampling: bool = False  # a non-greedy or penalized request (the neighbour bug's `sampling` trigger)
     want_prompt_logprobs: bool = False
+    n: int = 1  # choices its request asked for (the sampler-path bug's `n` trigger)
+    stream: bool = False  # its request is streamed (the sampler-path bug's `stream` trigger)
+    steps: int = 0  # engine steps it has run (0 in its prefill step)
+    slot: int = -1  # its KV slot while it runs (the stale-slot bug reads the slot's last occupant)
+    aborted: bool = False  # its client went away mid-stream: it leaves at the next step
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     tops: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -95,6 +119,8 @@ class Scheduler:
         self._cache: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._staged: list[tuple[tuple[int, ...], np.ndarray]] = []  # this step's new blocks
+        self._free = list(range(cfg.max_num_seqs))  # KV slots, lowest first (a heap)
+        self._stale: dict[int, list[int]] = {}  # slot -> the sequence its last occupant left there
         self.steps_by_batch: dict[int, int] = defaultdict(int)
         self.perturbed_rows = 0
         self._thread = threading.Thread(target=self._loop, name="fake-engine", daemon=True)
@@ -114,6 +140,11 @@ class Scheduler:
             self._cond.notify()
         self._thread.join(timeout=5)
 
+    def abort(self, rows: list[Row]) -> None:
+        with self._cond:
+            for r in rows:
+                r.aborted = True
+
     def flush_cache(self) -> None:
         with self._cache_lock:
             self._cache.clear()
@@ -128,16 +159,29 @@ class Scheduler:
                     return
                 room = self.cfg.max_num_seqs - len(self._running)
                 admitted, self._pending = self._pending[:room], self._pending[room:]
+                for r in admitted:
+                    r.slot = heapq.heappop(self._free)
                 self._running.extend(admitted)
                 rows = list(self._running)
             self._step(rows)
             with self._cond:
-                self._running = [r for r in self._running if len(r.tokens) < r.max_tokens]
-            for r in rows:
-                if len(r.tokens) >= r.max_tokens:
-                    r.events.put(None)
+                self._running = [r for r in self._running if len(r.tokens) < r.max_tokens and not r.aborted]
+                done = [r for r in rows if len(r.tokens) >= r.max_tokens or r.aborted]
+                for r in done:
+                    self._free_slot(r)
+            for r in done:
+                r.events.put(None)
             if self.cfg.step_s > 0:
                 time.sleep(self.cfg.step_s)
+
+    def _free_slot(self, r: Row) -> None:
+        """The slot goes back to the pool; its KV is not cleared (the stale-slot bug reads it), except
+        where ``stale_after`` is ``abort`` and the row finished normally (the clean release path)."""
+        if r.aborted or self.cfg.stale_after == "finish":
+            self._stale[r.slot] = r.prompt + r.tokens
+        else:
+            self._stale.pop(r.slot, None)
+        heapq.heappush(self._free, r.slot)
 
     def _step(self, rows: list[Row]) -> None:
         self.steps_by_batch[len(rows)] += 1
@@ -152,6 +196,7 @@ class Scheduler:
                 r.h = self.model.perturbed(r.h, scale)
                 self.perturbed_rows += 1
             self._emit(r)
+            r.steps += 1
 
     def _scales(self, rows: list[Row]) -> list[float]:
         """The planted bug: how far each row of this step is pushed off its clean value (0: not)."""
@@ -164,7 +209,43 @@ class Scheduler:
         if cfg.bug == "replay" and len({r.request for r in rows}) > 1 and self._chance.random() < cfg.replay_rate:
             hit = self._chance.randrange(n)  # an unordered reduction: who lands first is a race
             return [1.0 if i == hit else 0.0 for i in range(n)]
+        if cfg.bug == "token-budget":  # split-KV / chunked attention chosen by the step's total tokens
+            return [1.0 if sum(len(r.prompt) + len(r.tokens) for r in rows) > cfg.token_budget else 0.0] * n
+        if cfg.bug == "large-batch":  # a kernel switch at a batch size that is no ladder edge
+            return [1.0 if n >= cfg.batch_threshold else 0.0] * n
+        if cfg.bug == "mixed-step":  # decodes run through the prefill kernel while a prefill shares the step
+            prefilling = any(r.steps == 0 for r in rows)
+            return [1.0 if prefilling and r.steps > 0 else 0.0 for r in rows]
+        if cfg.bug == "row-index":  # rows past a tile of the batch reduce in another order
+            return [float(1 + i - cfg.row_from) if i >= cfg.row_from else 0.0 for i in range(n)]
+        if cfg.bug == "sampler-path":
+            return [1.0 if any(self._switches_sampler(o, r) for o in rows) else 0.0 for r in rows]
+        if cfg.bug == "stale-slot":
+            return [self._stale_tail(r) for r in rows]
+        if cfg.bug == "long-context":  # split-KV decode: splits fill the SMs, so fewer as the batch grows
+            splits = max(1, 8 // n)
+            return [float(splits) if splits > 1 and len(r.prompt) + len(r.tokens) >= cfg.split_kv_tokens else 0.0
+                    for r in rows]  # fmt: skip
         return [0.0] * n
+
+    def _switches_sampler(self, other: Row, row: Row) -> bool:
+        """Whether ``other`` (another request) moves the step's sampler off the path ``row`` takes alone."""
+        if other.request == row.request:
+            return False
+        trig = self.cfg.sampler_trigger
+        if trig == "top-logprobs":  # the batch gathers max-k top logprobs through a full-vocab sort
+            return other.top > row.top
+        if trig == "n":  # forked prompt blocks of an n > 1 request turn on cascade attention
+            return other.n > 1
+        return other.stream  # a streamed request syncs the step's logits to the host in another dtype
+
+    def _stale_tail(self, r: Row) -> float:
+        """stale-slot: the slot's last occupant left tokens beyond ``r``'s length in ``r``'s current
+        KV block, which an unmasked block read takes in; how far depends on what was left there."""
+        prev = self._stale.get(r.slot)
+        p, bs = len(r.prompt) + len(r.tokens), self.cfg.block_size
+        end = min(len(prev), ((p - 1) // bs + 1) * bs) if prev else 0
+        return float(1 + sum(prev[p:end]) % 7) if prev and end > p else 0.0
 
     def _triggers(self, other: Row, row: Row) -> bool:
         """Whether ``other`` (a different prompt: identical copies never trigger) disturbs ``row``."""

@@ -101,7 +101,8 @@ class FakeEngine:
         with self._lock:
             self.requests += 1
         rows = [Row(req, p, max_tokens, temperature, seed if isinstance(seed, int) else None, max(top, 0),
-                    sampling(body), prompt_logprobs) for p in prompts for _ in range(n)]  # fmt: skip
+                    sampling(body), prompt_logprobs, n=n, stream=bool(body.get("stream")))
+                for p in prompts for _ in range(n)]  # fmt: skip
         self.scheduler.submit(rows)
         return rows
 

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pytest_invariance.oracles.vocabulary import CACHE, DIVERGENT, RUN_TO_RUN, UNIQUE_SAMPLES
+from pytest_invariance.oracles.vocabulary import CACHE, DIVERGENT, RUN_TO_RUN, UNIQUE_SAMPLES, WORKLOAD
 
 from .config import PowerConfig
 
@@ -34,6 +34,18 @@ E2E_CLASSES = {
                "a step shared by several requests perturbs one row 2% of the time (unseeded)"),
     "warm-cache": ((CACHE, UNIQUE_SAMPLES), ("test_cache.py", "test_prefix.py"),
                    "a prefix-cache hit resumes from half-precision states"),
+    "token-budget": ((UNIQUE_SAMPLES,), ("test_single.py", "test_mixed.py"),
+                     "a step holding more than 2048 tokens (all rows) takes the split-KV path"),
+    "large-batch": ((UNIQUE_SAMPLES,), ("test_single.py",),
+                    "a step of 48 rows or more takes another kernel (no ladder edge)"),
+    "mixed-step": ((WORKLOAD,), ("test_fuzz.py",),
+                   "a decoding row changes in a step where another request prefills"),
+    "row-index": ((UNIQUE_SAMPLES,), ("test_single.py", "test_mixed.py"),
+                  "rows past index 0 of a step reduce in another order"),
+    "sampler-path": ((WORKLOAD,), ("test_fuzz.py",),
+                     "another request asking for more top logprobs switches the step's sampler"),
+    "stale-slot": ((UNIQUE_SAMPLES,), ("test_single.py", "test_needle.py"),
+                   "a finished request's KV slot is reused without being cleared"),
 }  # fmt: skip
 # The clean twin runs every file any class runs, and prefill-decode: none of them may flag it.
 SUITE_FILES = tuple(dict.fromkeys([f for _, files, _ in E2E_CLASSES.values() for f in files]
@@ -93,6 +105,10 @@ def miss_reason(bug: str, cfg: PowerConfig) -> str:
         return "every level on the capture ladder"
     if bug == "replay":
         return "a 2%-per-shared-step race not seen in this run's replays (more --invariance-replays)"
+    if bug == "large-batch" and cfg.levels and max(cfg.levels) < 48:
+        return "no level of 48 rows or more"
+    if bug == "row-index" and cfg.levels and max(cfg.levels) < 2:
+        return "no level of 2 rows or more"
     return ""
 
 

@@ -1,4 +1,5 @@
-"""e2e `single`: one prompt at concurrency 1..N (quick 16, full 128): unique samples, first divergence.
+"""e2e `single`: one prompt at concurrency 1..N (quick 17 and a wide batch of 65, full 129): unique samples,
+first divergence.
 
 Positive control: the same sweep on the inverse target (`control_target`, invariance off);
 if it sees no divergence the verdict is `vacuous`, never a pass.

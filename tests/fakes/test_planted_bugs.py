@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -183,3 +184,100 @@ def test_cli_serves_until_terminated():
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def _beside(url: str, late: dict, mt: int = 40) -> tuple[tuple, tuple]:
+    """The probe (greedy, ``mt`` tokens, streamed) with another request sent once the probe's first
+    token has arrived, so it lands mid-decode however loaded the machine is; the probe's ids and
+    logprobs, as ``_complete`` gives them."""
+    body = {"prompt": PROBE, "max_tokens": mt, "temperature": 0, "logprobs": 1, "stream": True}
+    ids, lps, side = [], [], None
+    with ThreadPoolExecutor(1) as pool, requests.post(url + "/v1/completions", json=body, stream=True, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                ch = json.loads(line[6:])["choices"][0]
+                ids += ch["token_ids"]
+                lps += ch["logprobs"]["token_logprobs"]
+                if side is None:
+                    other = {"prompt": "late arrival", "max_tokens": 5, "temperature": 0, **late}
+                    side = pool.submit(requests.post, url + "/v1/completions", json=other, timeout=60)
+        side.result().raise_for_status()
+    return tuple(ids), tuple(lps)
+
+
+def test_token_budget_changes_every_row_only_over_the_steps_budget():
+    with FakeEngine("token-budget", token_budget=200) as f:
+        alone = _complete(f.url, PROBE)[0]
+        assert _copies(f.url, 4) == {alone}  # 4 x (19 + 24) tokens: under the budget
+        assert alone not in _copies(f.url, 5) and len(_copies(f.url, 5)) == 1  # over it by the last steps
+        assert _complete(f.url, [PROBE, "z" * 200])[0] != alone  # one long neighbour is enough
+
+
+def test_large_batch_changes_rows_only_from_its_threshold():
+    with FakeEngine("large-batch", batch_threshold=12) as f:
+        alone = _complete(f.url, PROBE, 8)[0]
+        assert set(_complete(f.url, [PROBE] * 11, 8)) == {alone}
+        got = set(_complete(f.url, [PROBE] * 12, 8))
+        assert len(got) == 1 and got != {alone}
+
+
+def test_row_index_changes_rows_from_their_index_on():
+    with FakeEngine("row-index", row_from=2) as f:
+        alone = _complete(f.url, PROBE)[0]
+        rows = _complete(f.url, [PROBE] * 4)
+        assert rows[:2] == [alone, alone] and alone not in rows[2:] and rows[2] != rows[3]
+
+
+def test_mixed_step_changes_a_decode_only_beside_another_prefill():
+    with FakeEngine("mixed-step") as f:
+        alone = _complete(f.url, PROBE, 40)[0]
+        assert set(_complete(f.url, [PROBE, "one list request", "prefills together"], 40)[:1]) == {alone}
+        assert _beside(f.url, {}) != alone
+        assert f.stats()["perturbed_rows"] >= 1
+
+
+@pytest.mark.parametrize("trigger,late", [("top-logprobs", {"logprobs": 5}), ("n", {"n": 2}), ("stream", {"stream": True})])
+def test_sampler_path_changes_rows_beside_another_requests_trigger(trigger, late):
+    with FakeEngine("sampler-path", sampler_trigger=trigger) as f:
+        alone = _complete(f.url, PROBE, 40)[0]
+        assert _beside(f.url, {"logprobs": 1}) == alone  # a plain greedy neighbour: clean
+        if trigger != "stream":  # the trigger within the probe's own request: one request, clean
+            assert _complete(f.url, [PROBE, "same request"], 40, **late)[0] == _complete(f.url, PROBE, 40, **late)[0]
+        assert _beside(f.url, late) != alone
+
+
+def test_clean_twin_ignores_what_the_new_bugs_trigger_on(clean):
+    alone = _complete(clean.url, PROBE, 40)[0]
+    for late in ({}, {"logprobs": 5, "n": 2}, {"stream": True}):
+        assert _beside(clean.url, late) == alone
+    assert set(_complete(clean.url, [PROBE] * 50, 40)) == {alone}
+
+
+def _stream_and_hang_up(url: str, prompt: str, chunks: int) -> None:
+    body = {"prompt": prompt, "max_tokens": 64, "temperature": 0, "stream": True}
+    with requests.post(url + "/v1/completions", json=body, stream=True, timeout=60) as r:
+        for i, _ in enumerate(x for x in r.iter_lines() if x.startswith(b"data: ")):
+            if i + 1 >= chunks:
+                return
+
+
+@pytest.mark.parametrize("after", ["finish", "abort"])
+def test_stale_slot_shows_only_after_another_request_left_its_slot(after):
+    with FakeEngine("stale-slot", stale_after=after) as f:
+        first = _complete(f.url, PROBE)[0]  # slot 0 fresh
+        _complete(f.url, "x" * 60, 8)  # a longer request finishes in slot 0
+        second = _complete(f.url, PROBE)[0]
+        assert (second != first) is (after == "finish")
+        _stream_and_hang_up(f.url, "y" * 60, 2)  # a client hangs up: its slot is freed as it was
+        time.sleep(0.1)
+        assert _complete(f.url, PROBE)[0] != first
+
+
+def test_long_context_rows_change_with_the_batch_and_short_rows_never():
+    with FakeEngine("long-context", split_kv_tokens=100) as f:
+        long = "w" * 120
+        alone = _complete(f.url, long, 8)[0]
+        assert _complete(f.url, [long, "short"], 8)[0] != alone  # 4 splits, not 8
+        assert set(_complete(f.url, [long] * 8, 8)) == set(_complete(f.url, [long] * 9, 8))  # one split from 8
+        short = _complete(f.url, PROBE, 8)[0]
+        assert set(_complete(f.url, [PROBE] * 3, 8)) == {short}

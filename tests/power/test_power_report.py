@@ -71,3 +71,5 @@ def test_e2e_entries_from_the_suites_records() -> None:
     assert missed[0]["reason"] == "every level on the capture ladder"
     assert _entries("padding", [], PowerConfig(), "the fake wrote no records")[0]["reason"] == "the fake wrote no records"
     assert "replays" in miss_reason("replay", PowerConfig())
+    assert miss_reason("large-batch", PowerConfig(levels=(1, 2, 17))) == "no level of 48 rows or more"
+    assert miss_reason("large-batch", PowerConfig()) == ""  # the default single sweep reaches 65

@@ -42,7 +42,8 @@ def test_the_targets_reported_ladder_is_used(engine, style):
     with FakeEngine("none", report_ladder=style, ladder=LADDER) as fake:
         t = _target(fake, engine)
     assert target_ladder(t.info).sizes == LADDER and "reported by the target" in target_ladder(t.info).source
-    assert levels("quick", t) == [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17]
+    assert levels("quick", t) == [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17, 65]
+    assert levels("quick", t, "mixed") == [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17]  # no wide batch
 
 
 def test_explicit_levels_win():
@@ -56,8 +57,9 @@ def test_padding_fake_diverges_off_the_ladder_and_classes_show_the_buckets():
         out = sweep_single(_target(fake, "openai"), "quick", 0)
     assert out.diverged is True, out.summary
     assert out.evidence["equivalence_classes"] == [[[1, 2], [4, 4], [8, 8], [16, 16]], [[3, 3]], [[5, 7]],
-                                                   [[9, 15]], [[17, 17]]]  # fmt: skip
-    assert "classes {1..2,4,8,16} {3} {5..7} {9..15} {17}" in out.summary
+                                                   [[9, 15]], [[17, 17]], [[65, 65]]]  # fmt: skip
+    assert "classes {1..2,4,8,16} {3} {5..7} {9..15} {17} {65}" in out.summary  # 65 pads to 72
+    assert out.evidence["ladder"]["edges"] == [1, 2, 4, 8, 16]  # edges crossed: the wide batch crosses none
     assert "bucket edges 1,2,4,8,16" in out.summary and out.evidence["ladder"]["source"] == DEFAULT_SOURCE
 
 
@@ -67,3 +69,18 @@ def test_padding_fake_diverges_in_mixed_with_its_reported_ladder_and_the_clean_t
             out = sweep_mixed(_target(fake, "vllm", neighbour_tokens=(5, 30)), "quick", 0)
         assert out.diverged is diverged, (bug, out.summary)
         assert "cudagraph_capture_sizes reported by the target" in out.summary
+
+
+def test_single_reaches_the_wide_batch_where_a_switch_above_the_crossings_shows():
+    """A kernel switch at 48 rows (no ladder edge, above the quick crossings to 17) shows only at the
+    quick profile's wide batch of 65: one more list request, in its own class."""
+    with FakeEngine("large-batch", report_ladder="none") as fake:
+        out = sweep_single(_target(fake, "openai"), "quick", 0)
+    assert out.diverged is True, out.summary
+    assert out.evidence["equivalence_classes"][-1] == [[65, 65]] and len(out.evidence["equivalence_classes"]) == 2
+
+
+def test_the_wide_batch_stays_within_the_targets_max_num_seqs():
+    with FakeEngine("none", report_ladder="bundled", max_num_seqs=40) as fake:
+        t = _target(fake, "bundled")
+    assert levels("quick", t)[-2:] == [17, 40] and levels("full", t)[-1] == 129  # full crosses to 129 itself
