@@ -46,6 +46,8 @@ E2E_CLASSES = {
                      "another request asking for more top logprobs switches the step's sampler"),
     "stale-slot": ((UNIQUE_SAMPLES,), ("test_single.py", "test_needle.py"),
                    "a finished request's KV slot is reused without being cleared"),
+    "long-context": ((UNIQUE_SAMPLES,), ("test_prefix.py",),
+                     "rows with 1024 tokens of context or more split their KV by the batch size"),
 }  # fmt: skip
 # The clean twin runs every file any class runs, and prefill-decode: none of them may flag it.
 SUITE_FILES = tuple(dict.fromkeys([f for _, files, _ in E2E_CLASSES.values() for f in files]

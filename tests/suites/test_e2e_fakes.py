@@ -60,9 +60,11 @@ def test_replay_fake_divergent_in_replay(tmp_path):
 
 # Each later planted bug, with its default knobs, and the shipped test with default options that
 # must call it divergent: large-batch (48 rows) shows only at single's wide batch of 65; mixed-step
-# and sampler-path only where requests arrive apart (the fuzzer, at its default quick budget).
+# and sampler-path only where requests arrive apart (the fuzzer, at its default quick budget);
+# long-context where a prompt passes 1024 tokens (prefix, 255-257 words of bytes).
 CAUGHT_BY = [("token-budget", "test_single"), ("large-batch", "test_single"), ("row-index", "test_single"),
-             ("stale-slot", "test_single"), ("mixed-step", "test_fuzz"), ("sampler-path", "test_fuzz")]  # fmt: skip
+             ("stale-slot", "test_single"), ("mixed-step", "test_fuzz"), ("sampler-path", "test_fuzz"),
+             ("long-context", "test_prefix")]  # fmt: skip
 
 
 @pytest.mark.parametrize("bug,test", CAUGHT_BY)
